@@ -1,0 +1,18 @@
+"""pymc-bigdata: subsampling MCMC step methods for PyMC models with many rows."""
+
+from pymc_bigdata.errors import DivergenceWarning, ModelNotSupportedError
+from pymc_bigdata.layer import MapResult, MinibatchModel
+from pymc_bigdata.rows import RowIndexSampler, RowSource
+from pymc_bigdata.step_methods import SGHMC, SGLD, SubsamplingStep
+
+__all__ = [
+    "SGHMC",
+    "SGLD",
+    "SubsamplingStep",
+    "DivergenceWarning",
+    "MapResult",
+    "MinibatchModel",
+    "ModelNotSupportedError",
+    "RowIndexSampler",
+    "RowSource",
+]

@@ -1,0 +1,661 @@
+"""The one layer between a PyMC model and the samplers.
+
+:class:`MinibatchModel` reads a PyMC model whose likelihood factorises over rows, takes its
+row-axis data out of the graph and compiles, with the minibatch's rows as inputs:
+
+* the log prior and its gradient;
+* the summed log-likelihood of given rows and its gradient (minibatch estimate of the log
+  posterior = prior + (N/n) * sum of rows);
+* the control-variate estimate, sum_i [l_i(theta) - l_i(theta*)] and its gradient;
+* per-row log-likelihood terms ``l_i(theta)``;
+* per-row directional derivatives ``v . grad l_i(theta)`` (one forward-mode pass);
+* per-row gradients (n x d) as a batch of forward-mode passes, one per coordinate;
+* Hessian-vector products and the dense Hessian of the summed log-likelihood;
+* full-data versions computed in row chunks (bounded memory), and a MAP finder.
+
+PyMC bakes the observed row count into a model (the observed variable's size and the
+shape of its value), so the layer rebuilds each observed variable with the minibatch's
+size (``change_dist_size``), points its parameters at minibatch inputs and at the free
+variables' values, and takes ``pm.logp`` of it at a symbolic value.  Everything is compiled
+lazily, once per layer, and shared by every sampler built on it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import scipy.optimize
+from pymc.data import MinibatchOp
+from pymc.distributions.shape_utils import change_dist_size
+from pymc.logprob.utils import replace_rvs_by_values
+from pytensor.gradient import grad, pushforward
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.random.type import RandomType
+from pytensor.tensor.sharedvar import TensorSharedVariable
+
+from pymc_bigdata.errors import ModelNotSupportedError
+from pymc_bigdata.rows import RowSource, check_batch_size
+
+__all__ = ["MapResult", "MinibatchModel"]
+
+#: rows per chunk in full-data passes (keeps memory bounded; ~2 MB per float array column)
+DEFAULT_CHUNK_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class MapResult:
+    """A MAP estimate with the curvature of the log posterior there.
+
+    Attributes
+    ----------
+    theta : ndarray, shape (d,)
+        The maximiser of the log posterior (unconstrained space).
+    logp : float
+        The log posterior at ``theta``.
+    loglik_grad : ndarray, shape (d,)
+        Full-data gradient of the summed log-likelihood at ``theta`` (the control-variate anchor).
+    loglik : float
+        Full-data summed log-likelihood at ``theta``.
+    hessian : ndarray, shape (d, d)
+        Negative Hessian of the log posterior at ``theta`` (the Laplace precision).
+    n_evaluations : int
+        Full-data passes the optimiser made.
+    """
+
+    theta: np.ndarray
+    logp: float
+    loglik_grad: np.ndarray
+    loglik: float
+    hessian: np.ndarray
+    n_evaluations: int
+
+
+class MinibatchModel:
+    """Compiled minibatch quantities of a PyMC model whose likelihood factorises over rows.
+
+    Parameters
+    ----------
+    model
+        The PyMC model (default: the one in context).
+    vars
+        Value variables to sample; must be all of the model's free variables (default).
+    mode
+        PyTensor compile mode (default: PyTensor's default, Numba).
+    chunk_rows
+        Rows per block in full-data passes.
+
+    Notes
+    -----
+    ``theta`` everywhere is the flat vector of the value variables in the order of
+    ``vars`` (the order ``DictToArrayBijection`` uses in a step method).
+    """
+
+    def __init__(
+        self,
+        model: pm.Model | None = None,
+        vars: list[Variable] | None = None,
+        mode: str | pytensor.compile.Mode | None = None,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    ):
+        self.model = pm.modelcontext(model)
+        self.mode = mode
+        self.chunk_rows = int(chunk_rows)
+        self.value_vars = _check_vars(self.model, vars)
+        initial_point = self.model.initial_point()
+        self.var_shapes = [initial_point[v.name].shape for v in self.value_vars]
+        self.var_sizes = [int(np.prod(s)) for s in self.var_shapes]
+        self.dim = int(sum(self.var_sizes))
+        self.initial_theta = np.concatenate(
+            [np.ravel(initial_point[v.name]) for v in self.value_vars]
+        ).astype(np.float64)
+        self._map_result: MapResult | None = None
+        self._build_graphs()
+
+    # ------------------------------------------------------------------ graph building
+    def _build_graphs(self) -> None:
+        model = self.model
+        observed = list(model.observed_RVs)
+        if not observed:
+            raise ModelNotSupportedError(
+                "The model has no observed variables: there are no rows to subsample. "
+                "Pass data with observed=... or use pm.sample's default samplers."
+            )
+        _check_no_missing_values(model)
+        stripped_values = {rv: _strip_minibatch(model.rvs_to_values[rv]) for rv in observed}
+        self.n_rows = _common_row_count(stripped_values)
+        row_vars = _find_row_data(model, observed, stripped_values, self.n_rows)
+        _check_free_vars_not_per_row(model, self.n_rows)
+
+        self.theta = pt.vector("theta", dtype="float64")
+        self.anchor = pt.vector("theta_anchor", dtype="float64")
+        self.direction = pt.vector("direction", dtype="float64")
+        value_of = self._unravel(self.theta)
+
+        row_inputs = [
+            pt.tensor(f"{_name(v)}_rows", dtype=v.dtype, shape=(None, *v.type.shape[1:]))
+            for v in row_vars
+        ]
+        data_to_rows = dict(zip(row_vars, row_inputs))
+        arrays = [_data_value(v) for v in row_vars]
+        self.rows = RowSource(arrays, [_name(v) for v in row_vars])
+        _check_finite_rows(self.rows)
+        self.row_inputs = row_inputs
+
+        row_terms = []
+        free_rvs_to_values = {rv: model.rvs_to_values[rv] for rv in model.free_RVs}
+        for rv in observed:
+            row_terms.append(
+                self._per_row_logp(rv, stripped_values[rv], data_to_rows, free_rvs_to_values)
+            )
+        row_logp = row_terms[0]
+        for term in row_terms[1:]:
+            row_logp = row_logp + term
+        self.row_logp_graph = graph_replace(row_logp, value_of, strict=False)
+
+        prior_terms = [*model.logp(vars=model.free_RVs, sum=False, jacobian=True)]
+        for pot in model.potentials:
+            if any(a in set(row_vars) for a in ancestors([pot])):
+                raise ModelNotSupportedError(
+                    f"Potential {pot.name!r} depends on row data, so the likelihood does not "
+                    "factor over rows; write it as an observed variable instead."
+                )
+            prior_terms.append(pt.sum(model.replace_rvs_by_values([pot])[0]))
+        prior = pt.sum([pt.sum(t) for t in prior_terms])
+        self.prior_graph = graph_replace(prior, value_of, strict=False)
+
+    def _unravel(self, theta: pt.TensorVariable) -> dict[Variable, pt.TensorVariable]:
+        """Map each value variable to its slice of the flat ``theta``."""
+        replacements = {}
+        start = 0
+        for var, shape, size in zip(self.value_vars, self.var_shapes, self.var_sizes):
+            piece = theta[start : start + size].reshape(shape).astype(var.dtype)
+            replacements[var] = var.type.filter_variable(piece, allow_convert=True)
+            start += size
+        return replacements
+
+    def _per_row_logp(self, rv, value, data_to_rows, free_rvs_to_values) -> pt.TensorVariable:
+        """Rebuild ``rv`` on minibatch inputs and return its per-row log-likelihood (n,)."""
+        ndim_supp = getattr(rv.owner.op, "ndim_supp", 0)
+        if rv.ndim - ndim_supp < 1:
+            raise ModelNotSupportedError(
+                f"Observed variable {rv.name!r} has its row axis inside one multivariate "
+                f"draw ({type(rv.owner.op).__name__} over all rows), so its likelihood does not "
+                "factor over rows. Subsampling needs independent rows given the parameters."
+            )
+        value_rows = data_to_rows[value]
+        batch_shape = [value_rows.shape[i] for i in range(rv.ndim - ndim_supp)]
+        try:
+            resized = change_dist_size(rv, new_size=batch_shape, expand=False)
+        except NotImplementedError as exc:
+            raise ModelNotSupportedError(
+                f"Observed variable {rv.name!r} ({type(rv.owner.op).__name__}) cannot be "
+                f"resized to a minibatch: {exc}"
+            ) from exc
+        [resized] = replace_rvs_by_values(
+            [resized],
+            rvs_to_values=free_rvs_to_values,
+            rvs_to_transforms=self.model.rvs_to_transforms,
+        )
+        # rebuild_strict=False re-infers every type, so no static row count survives
+        replacements = {**_minibatch_replacements(resized), **data_to_rows}
+        resized = clone_replace(resized, replacements, rebuild_strict=False)
+        elementwise = pm.logp(resized, value_rows, warn_rvs=False)
+        if elementwise.ndim > 1:
+            elementwise = elementwise.sum(axis=tuple(range(1, elementwise.ndim)))
+        return elementwise
+
+    # ------------------------------------------------------------------ compilation
+    def _compile(self, inputs, outputs) -> pytensor.compile.function.types.Function:
+        fn = pytensor.function(
+            inputs, outputs, mode=self.mode, on_unused_input="ignore", trust_input=False
+        )
+        fn.trust_input = True
+        return fn
+
+    @cached_property
+    def _prior_logp_grad_fn(self):
+        prior = self.prior_graph
+        return self._compile([self.theta], [prior, grad(prior, self.theta)])
+
+    @cached_property
+    def _loglik_grad_fn(self):
+        total = self.row_logp_graph.sum()
+        return self._compile([self.theta, *self.row_inputs], [total, grad(total, self.theta)])
+
+    @cached_property
+    def _scale(self) -> pt.TensorVariable:
+        return pt.scalar("scale", dtype="float64")
+
+    @cached_property
+    def _anchor_row_logp_graph(self) -> pt.TensorVariable:
+        return clone_replace(self.row_logp_graph, {self.theta: self.anchor})
+
+    def _estimate_graph(self, control_variates: bool) -> pt.TensorVariable:
+        """prior + (N/n) sum_i l_i, or with control variates prior + (N/n) sum_i [l_i - l_i*]."""
+        rows_sum = self.row_logp_graph.sum()
+        if control_variates:
+            rows_sum = rows_sum - self._anchor_row_logp_graph.sum()
+        return self.prior_graph + self._scale * rows_sum
+
+    def _estimate_grad_graph(self, control_variates: bool) -> pt.TensorVariable:
+        g = grad(self.prior_graph, self.theta) + self._scale * grad(
+            self.row_logp_graph.sum(), self.theta
+        )
+        if control_variates:
+            g = g - self._scale * grad(self._anchor_row_logp_graph.sum(), self.anchor)
+        return g
+
+    def _estimate_inputs(self, control_variates: bool) -> list[pt.TensorVariable]:
+        anchor = [self.anchor] if control_variates else []
+        return [self.theta, *anchor, *self.row_inputs, self._scale]
+
+    @cached_property
+    def _estimate_fn(self):
+        """Minibatch estimate (prior + scale * sum_i l_i) and its gradient, for checks."""
+        return self._compile(
+            self._estimate_inputs(False),
+            [self._estimate_graph(False), self._estimate_grad_graph(False)],
+        )
+
+    @cached_property
+    def _grad_fn(self):
+        return self._compile(self._estimate_inputs(False), self._estimate_grad_graph(False))
+
+    @cached_property
+    def _cv_grad_fn(self):
+        return self._compile(self._estimate_inputs(True), self._estimate_grad_graph(True))
+
+    @cached_property
+    def _logp_est_fn(self):
+        return self._compile(self._estimate_inputs(False), self._estimate_graph(False))
+
+    @cached_property
+    def _cv_logp_est_fn(self):
+        return self._compile(self._estimate_inputs(True), self._estimate_graph(True))
+
+    @cached_property
+    def _row_logp_fn(self):
+        return self._compile([self.theta, *self.row_inputs], self.row_logp_graph)
+
+    @cached_property
+    def _row_jvp_graph(self) -> pt.TensorVariable:
+        return pushforward(self.row_logp_graph, self.theta, self.direction)
+
+    @cached_property
+    def _row_jvp_fn(self):
+        return self._compile([self.theta, self.direction, *self.row_inputs], self._row_jvp_graph)
+
+    @cached_property
+    def _row_grads_fn(self):
+        # A batch of forward-mode passes, one per coordinate: vectorising the pushforward
+        # over its tangent turns each matrix-vector product into one matrix-matrix product.
+        basis = pt.matrix("basis", dtype="float64")
+        per_row = vectorize_graph(self._row_jvp_graph, {self.direction: basis})
+        eye = pt.eye(self.theta.shape[0], dtype="float64")
+        out = graph_replace(per_row, {basis: eye}).T
+        return self._compile([self.theta, *self.row_inputs], out)
+
+    @cached_property
+    def _hvp_graph(self) -> pt.TensorVariable:
+        g = grad(self.row_logp_graph.sum(), self.theta)
+        return pushforward(g, self.theta, self.direction)
+
+    @cached_property
+    def _hvp_fn(self):
+        return self._compile([self.theta, self.direction, *self.row_inputs], self._hvp_graph)
+
+    @cached_property
+    def _hessian_fn(self):
+        basis = pt.matrix("basis", dtype="float64")
+        batched = vectorize_graph(self._hvp_graph, {self.direction: basis})
+        eye = pt.eye(self.theta.shape[0], dtype="float64")
+        return self._compile([self.theta, *self.row_inputs], graph_replace(batched, {basis: eye}))
+
+    @cached_property
+    def _prior_hessian_fn(self):
+        g = grad(self.prior_graph, self.theta)
+        basis = pt.matrix("basis", dtype="float64")
+        hv = pushforward(g, self.theta, self.direction)
+        batched = vectorize_graph(hv, {self.direction: basis})
+        eye = pt.eye(self.theta.shape[0], dtype="float64")
+        return self._compile([self.theta], graph_replace(batched, {basis: eye}))
+
+    # ------------------------------------------------------------------ minibatch quantities
+    def take_rows(self, row_indices: np.ndarray) -> list[np.ndarray]:
+        """Rows of every data array for the given indices (through the row source)."""
+        return self.rows.take(row_indices)
+
+    def prior_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Log prior (with Jacobians of the transforms) and its gradient."""
+        lp, g = self._prior_logp_grad_fn(theta)
+        return float(lp), g
+
+    def loglik_grad(self, theta: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:
+        """Summed log-likelihood of the given rows and its gradient."""
+        lp, g = self._loglik_grad_fn(theta, *rows)
+        return float(lp), g
+
+    def estimate_logp_grad(
+        self, theta: np.ndarray, rows: list[np.ndarray]
+    ) -> tuple[float, np.ndarray]:
+        """Unbiased minibatch estimate of the log posterior, prior + (N/n) sum_i l_i, and gradient."""
+        lp, g = self._estimate_fn(theta, *rows, np.array(self.n_rows / len(rows[0])))
+        return float(lp), g
+
+    def estimate_grad(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
+    ) -> np.ndarray:
+        """Unbiased minibatch estimate of the gradient of the log posterior.
+
+        Without an anchor: ``grad prior + (N/n) sum_i grad l_i(theta)``.  With the
+        control-variate anchor ``theta*``: ``grad prior + grad L(theta*) +
+        (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``, whose variance vanishes as
+        ``theta -> theta*``.
+        """
+        scale = np.array(self.n_rows / len(rows[0]))
+        if anchor is None:
+            return self._grad_fn(theta, *rows, scale)
+        return self._cv_grad_fn(theta, anchor.theta, *rows, scale) + anchor.loglik_grad
+
+    def estimate_logp(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
+    ) -> float:
+        """Unbiased minibatch estimate of the log posterior (with control variates if anchored)."""
+        scale = np.array(self.n_rows / len(rows[0]))
+        if anchor is None:
+            return float(self._logp_est_fn(theta, *rows, scale))
+        return float(self._cv_logp_est_fn(theta, anchor.theta, *rows, scale)) + anchor.loglik
+
+    def row_logp(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Per-row log-likelihood terms ``l_i(theta)``, shape (n,)."""
+        return self._row_logp_fn(theta, *rows)
+
+    def row_directional_derivatives(
+        self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]
+    ) -> np.ndarray:
+        """``direction . grad l_i(theta)`` for every given row, shape (n,), by forward mode."""
+        return self._row_jvp_fn(theta, np.asarray(direction, dtype=np.float64), *rows)
+
+    def row_gradients(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients ``grad l_i(theta)``, shape (n, d)."""
+        return self._row_grads_fn(theta, *rows)
+
+    def loglik_hvp(
+        self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]
+    ) -> np.ndarray:
+        """Hessian-vector product of the summed log-likelihood of the given rows."""
+        return self._hvp_fn(theta, np.asarray(direction, dtype=np.float64), *rows)
+
+    def loglik_hessian(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Dense Hessian (d, d) of the summed log-likelihood of the given rows."""
+        return self._hessian_fn(theta, *rows)
+
+    def prior_hessian(self, theta: np.ndarray) -> np.ndarray:
+        """Dense Hessian (d, d) of the log prior."""
+        return self._prior_hessian_fn(theta)
+
+    # ------------------------------------------------------------------ full data
+    def full_loglik_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Full-data summed log-likelihood and gradient, computed in row chunks."""
+        total, g = 0.0, np.zeros(self.dim)
+        for rows in self.rows.chunks(self.chunk_rows):
+            lp, gc = self._loglik_grad_fn(theta, *rows)
+            total += float(lp)
+            g += gc
+        return total, g
+
+    def full_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Full-data log posterior and its gradient (chunked)."""
+        lp, g = self.full_loglik_grad(theta)
+        plp, pg = self.prior_logp_grad(theta)
+        return lp + plp, g + pg
+
+    def full_loglik_hvp(self, theta: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        """Full-data Hessian-vector product of the summed log-likelihood (chunked)."""
+        out = np.zeros(self.dim)
+        for rows in self.rows.chunks(self.chunk_rows):
+            out += self.loglik_hvp(theta, direction, rows)
+        return out
+
+    def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
+        """Full-data dense Hessian of the summed log-likelihood (chunked)."""
+        out = np.zeros((self.dim, self.dim))
+        for rows in self.rows.chunks(self.chunk_rows):
+            out += self.loglik_hessian(theta, rows)
+        return out
+
+    def find_map(self, start: np.ndarray | None = None, maxiter: int = 500) -> MapResult:
+        """Maximise the full-data log posterior (quasi-Newton, then Newton polish).
+
+        A quasi-Newton (L-BFGS) run on full-data chunked gradients, followed by up to a few
+        Newton steps with the exact Hessian, which makes the curvature returned consistent
+        with the mode.
+
+        Returns
+        -------
+        MapResult
+        """
+        theta0 = self.initial_theta if start is None else np.asarray(start, dtype=np.float64)
+        n_eval = 0
+
+        def negative(theta):
+            nonlocal n_eval
+            n_eval += 1
+            lp, g = self.full_logp_grad(theta)
+            if not np.isfinite(lp) or not np.all(np.isfinite(g)):
+                return np.inf, np.zeros_like(theta)
+            return -lp, -g
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = scipy.optimize.minimize(
+                negative, theta0, jac=True, method="L-BFGS-B",
+                options={"maxiter": maxiter, "gtol": 1e-8 * max(1.0, self.n_rows)},
+            )
+        theta = result.x
+        for _ in range(3):  # Newton polish: fast quadratic convergence near the mode
+            lp, g = self.full_logp_grad(theta)
+            precision = self._neg_hessian(theta)
+            try:
+                step = np.linalg.solve(precision, g)
+            except np.linalg.LinAlgError:
+                break
+            if not np.all(np.isfinite(step)):
+                break
+            new_lp, _ = self.full_logp_grad(theta + step)
+            n_eval += 2
+            if not new_lp >= lp:
+                break
+            theta = theta + step
+            if np.abs(step).max() < 1e-10:
+                break
+        loglik, loglik_grad = self.full_loglik_grad(theta)
+        lp = loglik + self.prior_logp_grad(theta)[0]
+        if not np.isfinite(lp):
+            raise FloatingPointError(
+                "The MAP search ended at a point with non-finite log posterior; "
+                "check the model and its initial values."
+            )
+        return MapResult(
+            theta=theta, logp=lp, loglik_grad=loglik_grad, loglik=loglik,
+            hessian=self._neg_hessian(theta), n_evaluations=n_eval + 1,
+        )
+
+    def map_estimate(self) -> MapResult:
+        """:meth:`find_map` from the model's initial point, computed once and shared."""
+        if self._map_result is None:
+            self._map_result = self.find_map()
+        return self._map_result
+
+    def map_anchor(self) -> Anchor:
+        """The control-variate anchor at the (cached) MAP."""
+        m = self.map_estimate()
+        return Anchor(theta=m.theta, loglik=m.loglik, loglik_grad=m.loglik_grad)
+
+    def _neg_hessian(self, theta: np.ndarray) -> np.ndarray:
+        hess = self.full_loglik_hessian(theta) + self.prior_hessian(theta)
+        return -0.5 * (hess + hess.T)
+
+    # ------------------------------------------------------------------ helpers for steps
+    def scale_for(self, batch_size: int) -> float:
+        """The ratio N/n that scales a minibatch sum to the full data."""
+        check_batch_size(batch_size, self.n_rows)
+        return self.n_rows / batch_size
+
+    def __getstate__(self):
+        # Compiled functions are rebuilt lazily after unpickling (fast from the compile cache).
+        state = self.__dict__.copy()
+        for key in [k for k in state if k.startswith("_") and k.endswith("_fn")]:
+            del state[key]
+        return state
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The control-variate anchor theta* and the full-data quantities there."""
+
+    theta: np.ndarray
+    loglik: float
+    loglik_grad: np.ndarray
+
+
+# ---------------------------------------------------------------------- model checks
+def _name(var: Variable) -> str:
+    return var.name or str(var)
+
+
+def _check_vars(model: pm.Model, vars) -> list[Variable]:
+    if vars is None:
+        vars = list(model.value_vars)
+    vars = [model.rvs_to_values.get(v, v) for v in vars]
+    for var in model.value_vars:
+        rv = model.values_to_rvs[var]
+        if var.dtype.startswith(("int", "uint")) or var.dtype == "bool":
+            raise ModelNotSupportedError(
+                f"Free variable {rv.name!r} is discrete ({var.dtype}); gradient-based "
+                "subsampling samplers need continuous parameters. Marginalise it out "
+                "(e.g. pymc_extras.marginalize) or sample it with another step method."
+            )
+    missing = [model.values_to_rvs[v].name for v in model.value_vars if v not in vars]
+    if missing:
+        raise ModelNotSupportedError(
+            f"Subsampling samplers must update every free variable together; {missing} are "
+            "not in the step's vars. Pass all continuous free variables (the default)."
+        )
+    return [v for v in model.value_vars if v in vars]
+
+
+def _strip_minibatch(value: Variable) -> Variable:
+    """Full-data variable behind a ``pm.Minibatch`` output (or the value itself)."""
+    if value.owner is not None and isinstance(value.owner.op, MinibatchOp):
+        return value.owner.inputs[value.owner.outputs.index(value)]
+    return value
+
+
+def _minibatch_replacements(graph: Variable) -> dict[Variable, Variable]:
+    """Replace every ``pm.Minibatch`` output in ``graph`` by its full-data input."""
+    out = {}
+    for var in ancestors([graph]):
+        if var.owner is not None and isinstance(var.owner.op, MinibatchOp):
+            for i, o in enumerate(var.owner.outputs[:-1]):
+                out[o] = var.owner.inputs[i]
+    return out
+
+
+def _data_value(var: Variable) -> np.ndarray:
+    if isinstance(var, Constant):
+        return np.asarray(var.data)
+    return np.asarray(var.get_value(borrow=True))
+
+
+def _common_row_count(values: dict) -> int:
+    counts = {}
+    for rv, value in values.items():
+        if not isinstance(value, Constant | TensorSharedVariable):
+            raise ModelNotSupportedError(
+                f"Observed data of {rv.name!r} is a computed expression; pass the data "
+                "array itself (or pm.Data) as observed."
+            )
+        data = _data_value(value)
+        if data.ndim < 1:
+            raise ModelNotSupportedError(
+                f"Observed variable {rv.name!r} is a scalar: there is no row axis to subsample."
+            )
+        counts[rv.name] = int(data.shape[0])
+    if len(set(counts.values())) != 1:
+        raise ModelNotSupportedError(
+            f"Observed variables have different row counts {counts}; subsampling needs every "
+            "observed variable to share one leading row axis."
+        )
+    return next(iter(counts.values()))
+
+
+def _find_row_data(model, observed, values, n_rows) -> list[Variable]:
+    """Observed values and covariates with a leading row axis of length ``n_rows``."""
+    full_graphs = [inp for rv in observed for inp in rv.owner.inputs]
+    row_vars = []
+    seen = set()
+    for rv in observed:
+        value = values[rv]
+        if value not in seen:
+            row_vars.append(value)
+            seen.add(value)
+    for var in ancestors(full_graphs):
+        if var.owner is not None or var in seen or isinstance(var.type, RandomType):
+            continue
+        if not isinstance(var, Constant | TensorSharedVariable) or var.type.ndim < 1:
+            continue
+        data = _data_value(var)
+        if data.shape[0] == n_rows and n_rows > 1:
+            row_vars.append(var)
+            seen.add(var)
+    return row_vars
+
+
+def _check_free_vars_not_per_row(model: pm.Model, n_rows: int) -> None:
+    init = model.initial_point()
+    for rv in model.free_RVs:
+        value = model.rvs_to_values[rv]
+        shape = np.shape(init[value.name])
+        if n_rows > 1 and len(shape) >= 1 and shape[0] == n_rows:
+            raise ModelNotSupportedError(
+                f"Free variable {rv.name!r} has a per-row dimension (shape {shape}, N = "
+                f"{n_rows}): a local latent variable. Subsampling samplers need global "
+                "parameters only; marginalise the local variables out."
+            )
+
+
+def _check_no_missing_values(model: pm.Model) -> None:
+    for rv in model.free_RVs:
+        if rv.name.endswith("_unobserved") or rv.name.endswith("_missing"):
+            raise ModelNotSupportedError(
+                f"The model imputes missing observed values ({rv.name!r}): observed data "
+                "contains NaN or masked entries. Drop those rows before building the model."
+            )
+    for rv in model.observed_RVs:
+        value = _strip_minibatch(model.rvs_to_values[rv])
+        if isinstance(value, Constant | TensorSharedVariable):
+            data = _data_value(value)
+            if np.ma.isMaskedArray(data) or (
+                np.issubdtype(data.dtype, np.floating) and not np.isfinite(data).all()
+            ):
+                raise ModelNotSupportedError(
+                    f"Observed variable {rv.name!r} has missing or non-finite values "
+                    "(NaN/inf/masked). Drop those rows before building the model."
+                )
+
+
+def _check_finite_rows(rows: RowSource) -> None:
+    bad = [name for name, ok in rows.all_finite().items() if not ok]
+    if bad:
+        raise ModelNotSupportedError(
+            f"Row data {bad} contain NaN or infinite values. Drop or impute those rows first."
+        )

@@ -1,0 +1,133 @@
+"""Row sources: the only code that reads the full per-row data arrays.
+
+A :class:`RowSource` holds the model's row-axis arrays (observed values and covariates
+that share a leading axis of length ``N``) and hands out rows by index or in contiguous
+chunks.  Everything else in the package (the model layer, the samplers) asks a row source
+for rows, so a later source can read from a memmap, zarr or dask array without touching
+any sampler.
+
+:class:`RowIndexSampler` draws the minibatch indices from a sampler's own generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["RowIndexSampler", "RowSource"]
+
+
+class RowSource:
+    """In-memory row source over arrays sharing a leading row axis.
+
+    Parameters
+    ----------
+    arrays
+        The per-row arrays, in the order the model layer's compiled functions take them.
+    names
+        A name for each array, used in error messages.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray], names: Sequence[str]):
+        if len(arrays) != len(names):
+            raise ValueError("RowSource needs one name per array.")
+        if not arrays:
+            raise ValueError("RowSource needs at least one array.")
+        row_counts = {name: int(np.shape(a)[0]) for a, name in zip(arrays, names)}
+        if len(set(row_counts.values())) != 1:
+            raise ValueError(f"Row arrays have different row counts: {row_counts}.")
+        self._arrays = [np.ascontiguousarray(a) for a in arrays]
+        self.names = tuple(names)
+        self.n_rows = next(iter(row_counts.values()))
+
+    @property
+    def dtypes(self) -> tuple[np.dtype, ...]:
+        """Dtype of each array."""
+        return tuple(a.dtype for a in self._arrays)
+
+    @property
+    def trailing_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Shape of one row of each array."""
+        return tuple(a.shape[1:] for a in self._arrays)
+
+    def take(self, row_indices: np.ndarray) -> list[np.ndarray]:
+        """Gather the given rows of every array (a copy, in the order given)."""
+        # np.take along axis 0 is 2-4x faster than fancy indexing on random rows
+        return [np.take(a, row_indices, axis=0) for a in self._arrays]
+
+    def chunks(self, chunk_rows: int) -> Iterator[list[np.ndarray]]:
+        """Yield consecutive row blocks of at most ``chunk_rows`` rows (views, no copy)."""
+        for start in range(0, self.n_rows, chunk_rows):
+            yield [a[start : start + chunk_rows] for a in self._arrays]
+
+    def all_finite(self) -> dict[str, bool]:
+        """Whether each floating array is free of NaN and infinities (checked in chunks)."""
+        finite = {}
+        for a, name in zip(self._arrays, self.names):
+            if not np.issubdtype(a.dtype, np.floating):
+                finite[name] = True
+                continue
+            finite[name] = all(
+                bool(np.isfinite(a[s : s + 262_144]).all()) for s in range(0, len(a), 262_144)
+            )
+        return finite
+
+
+class RowIndexSampler:
+    """Draws minibatch row indices from a generator.
+
+    Without replacement (the default) it walks through a fresh random permutation of the
+    rows: consecutive minibatches within one pass over the data are disjoint, and each
+    minibatch on its own is a simple random sample without replacement.  With
+    ``replace=True`` each minibatch draws its rows independently, with replacement.
+
+    Parameters
+    ----------
+    n_rows
+        Number of rows ``N``.
+    batch_size
+        Rows per minibatch ``n``, ``1 <= n <= N``.
+    rng
+        The owning sampler's generator.
+    replace
+        Draw with replacement.
+    """
+
+    def __init__(
+        self, n_rows: int, batch_size: int, rng: np.random.Generator, replace: bool = False
+    ):
+        check_batch_size(batch_size, n_rows)
+        self.n_rows = int(n_rows)
+        self.batch_size = int(batch_size)
+        self.replace = bool(replace)
+        self.rng = rng
+        self._permutation = np.empty(0, dtype=np.int64)
+        self._position = 0
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start afresh from a new generator (a new chain)."""
+        self.rng = rng
+        self._permutation = np.empty(0, dtype=np.int64)
+        self._position = 0
+
+    def draw(self) -> np.ndarray:
+        """Return the row indices of the next minibatch."""
+        if self.replace:
+            return self.rng.integers(0, self.n_rows, size=self.batch_size)
+        if self._position + self.batch_size > len(self._permutation):
+            self._permutation = self.rng.permutation(self.n_rows)
+            self._position = 0
+        start = self._position
+        self._position += self.batch_size
+        return self._permutation[start : self._position]
+
+
+def check_batch_size(batch_size: int, n_rows: int) -> None:
+    """Raise a clear error unless ``1 <= batch_size <= n_rows``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+        raise TypeError(f"batch_size must be an integer, got {batch_size!r}.")
+    if not 1 <= batch_size <= n_rows:
+        raise ValueError(
+            f"batch_size must be between 1 and the number of rows N = {n_rows}, got {batch_size}."
+        )

@@ -1,0 +1,7 @@
+"""PyMC step methods built on the model layer and the pure kernels."""
+
+from pymc_bigdata.step_methods.base import Preconditioner, SubsamplingStep
+from pymc_bigdata.step_methods.sghmc import SGHMC
+from pymc_bigdata.step_methods.sgld import SGLD
+
+__all__ = ["SGHMC", "SGLD", "Preconditioner", "SubsamplingStep"]
