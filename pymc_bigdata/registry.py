@@ -1,0 +1,50 @@
+"""Registration with PyMC's automatic step assignment.
+
+Importing :mod:`pymc_bigdata` appends :class:`~pymc_bigdata.SGLD` and
+:class:`~pymc_bigdata.SGHMC` to PyMC's ``STEP_METHODS``.  Their competence is
+``COMPATIBLE``, below NUTS's ``PREFERRED``, so ``pm.sample()`` never picks them on its own.
+Inside ``with pmb.prefer(pmb.SGHMC):`` they claim every continuous variable, so
+``pm.sample(sghmc={"batch_size": 500})`` configures them by name like PyMC's own samplers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pymc.step_methods as pm_steps
+from pymc.step_methods.compound import Competence
+
+from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.sghmc import SGHMC
+from pymc_bigdata.step_methods.sgld import SGLD
+
+__all__ = ["prefer", "register"]
+
+
+def register() -> None:
+    """Append our step methods to ``pymc.step_methods.STEP_METHODS`` (idempotent)."""
+    for cls in (SGLD, SGHMC):
+        if cls not in pm_steps.STEP_METHODS:
+            pm_steps.STEP_METHODS.append(cls)
+
+
+@contextmanager
+def prefer(step_class: type[SubsamplingStep]) -> Iterator[None]:
+    """Make ``step_class`` the automatic choice for continuous variables within the block."""
+    register()
+    original = step_class.__dict__.get("competence")
+
+    def ideal(var, has_grad):
+        if SubsamplingStep.competence(var, has_grad) == Competence.INCOMPATIBLE:
+            return Competence.INCOMPATIBLE
+        return Competence.IDEAL
+
+    step_class.competence = staticmethod(ideal)
+    try:
+        yield
+    finally:
+        if original is None:
+            del step_class.competence
+        else:
+            step_class.competence = original

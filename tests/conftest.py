@@ -1,0 +1,112 @@
+"""Shared fixtures and posterior checks.
+
+Compiling a model's functions is the slow part of this suite (PyTensor's Numba backend
+JIT-compiles each new graph), so every model here is built once per session and its
+``MinibatchModel`` layer (compiled functions, MAP) is shared by all the steps built on it.
+"""
+
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_bigdata as pmb
+
+#: two-sided normal quantile for the per-coordinate checks: with fixed seeds a check is
+#: deterministic, and at 4.5 a correct sampler fails one coordinate with probability ~7e-6
+Z_BOUND = 4.5
+
+
+def check_posterior(
+    idata,
+    var: str,
+    ref_mean: np.ndarray,
+    ref_sd: np.ndarray,
+    *,
+    ref_mean_se: np.ndarray | float = 0.0,
+    ref_sd_se: np.ndarray | float = 0.0,
+    sd_bias_ratio: float = 1.0,
+    z: float = Z_BOUND,
+) -> dict[str, np.ndarray]:
+    """Assert the draws of ``var`` match a reference within Monte Carlo error.
+
+    Mean: ``|mean - ref_mean| <= z * sqrt(MCSE_mean^2 + ref_mean_se^2)``.
+    Sd: must lie in ``[ref_sd - band, ref_sd * sd_bias_ratio + band]`` (or the reverse when
+    the ratio is below 1), ``band = z * sqrt(MCSE_sd^2 + ref_sd_se^2)``: a sampler's known
+    discretisation bias on the sd (``sd_bias_ratio``, documented per sampler) widens the
+    band on one side only.
+    """
+    post = idata.posterior[var]
+    mean = post.mean(("chain", "draw")).values
+    sd = post.std(("chain", "draw")).values
+    mcse_mean = az.mcse(idata, var_names=[var], method="mean")[var].values
+    mcse_sd = az.mcse(idata, var_names=[var], method="sd")[var].values
+    mean_band = z * np.sqrt(mcse_mean**2 + np.square(ref_mean_se))
+    sd_band = z * np.sqrt(mcse_sd**2 + np.square(ref_sd_se))
+    lo = np.minimum(ref_sd, ref_sd * sd_bias_ratio) - sd_band
+    hi = np.maximum(ref_sd, ref_sd * sd_bias_ratio) + sd_band
+    mean_z = np.abs(mean - ref_mean) / np.sqrt(mcse_mean**2 + np.square(ref_mean_se))
+    assert np.all(np.abs(mean - ref_mean) <= mean_band), (
+        f"{var}: mean off by {mean_z.max():.2f} MCSE (bound {z}); "
+        f"mean {mean}, reference {ref_mean}"
+    )
+    assert np.all((sd >= lo) & (sd <= hi)), (
+        f"{var}: sd {sd} outside [{lo}, {hi}] (reference {ref_sd}, bias ratio {sd_bias_ratio})"
+    )
+    return {"mean_z": mean_z, "sd_ratio": sd / ref_sd}
+
+
+def laplace_importance_reference(
+    log_post, theta_map: np.ndarray, precision: np.ndarray, n_draws: int, seed: int, df: float = 8.0
+) -> dict[str, np.ndarray]:
+    """Posterior mean and sd by importance sampling from a Student-t Laplace proposal.
+
+    ``log_post(thetas)`` returns the exact full-data log posterior of each row of ``thetas``.
+    Standard errors come from the delta method with the weights' effective sample size.
+    """
+    rng = np.random.default_rng(seed)
+    d = len(theta_map)
+    chol = np.linalg.cholesky(np.linalg.inv(precision))
+    normal = rng.standard_normal((n_draws, d))
+    scale = np.sqrt(df / rng.chisquare(df, size=n_draws))
+    draws = theta_map + (normal * scale[:, None]) @ chol.T
+    white = normal * scale[:, None]
+    log_q = -0.5 * (df + d) * np.log1p(np.sum(white**2, axis=1) / df)
+    log_w = log_post(draws) - log_q
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    mean = w @ draws
+    var = w @ (draws - mean) ** 2
+    ess = 1.0 / np.sum(w**2)
+    sd = np.sqrt(var)
+    return {
+        "mean": mean,
+        "sd": sd,
+        "mean_se": sd / np.sqrt(ess),
+        "sd_se": sd / np.sqrt(2 * ess) * 1.5,  # kurtosis allowance for the sd's sampling error
+        "ess": ess,
+    }
+
+
+def logistic_data(n_rows: int, n_coefs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Correlated features (equicorrelation 0.5) and Bernoulli-logit outcomes."""
+    rng = np.random.default_rng(seed)
+    corr = 0.5 * np.ones((n_coefs, n_coefs)) + 0.5 * np.eye(n_coefs)
+    features = rng.standard_normal((n_rows, n_coefs)) @ np.linalg.cholesky(corr).T
+    beta = rng.normal(0.0, 0.5, size=n_coefs)
+    outcome = rng.binomial(1, 1.0 / (1.0 + np.exp(-features @ beta)))
+    return features, outcome
+
+
+@pytest.fixture(scope="session")
+def small_logistic():
+    """A 5,000-row, 3-coefficient logistic regression and its shared layer."""
+    features, outcome = logistic_data(5_000, 3, seed=11)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
+    layer = pmb.MinibatchModel(model)
+    layer.map_estimate()
+    return model, layer

@@ -1,0 +1,151 @@
+"""pm.sample integration of the subsampling step methods (shared base class).
+
+All tests use the session's small logistic model and its shared layer, so the model's
+functions compile once.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.sampling.mcmc import assign_step_methods
+
+import pymc_bigdata as pmb
+
+SAMPLE_KW = {"tune": 60, "draws": 40, "progressbar": False, "compute_convergence_checks": False}
+
+
+@pytest.fixture(params=[pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
+def step_class(request):
+    return request.param
+
+
+def _step(step_class, small_logistic, **kwargs):
+    model, layer = small_logistic
+    return step_class(model=model, layer=layer, batch_size=500, **kwargs)
+
+
+def test_stats_declared_and_emitted(step_class, small_logistic):
+    """Every declared stat is recorded with its dtype, and no undeclared stat appears."""
+    model, _ = small_logistic
+    step = _step(step_class, small_logistic)
+    with model:
+        idata = pm.sample(step=step, chains=1, random_seed=1, **SAMPLE_KW)
+    stats = idata.sample_stats
+    for name, (dtype, _) in step.stats_dtypes_shapes.items():
+        if name == "tune":  # PyMC consumes it to split warmup from draws
+            continue
+        assert name in stats, name
+        assert stats[name].dtype == np.dtype(dtype), name
+    rows = stats["rows_touched"].values
+    # inner_steps minibatches per draw (plus one at the start of a chain for BAOAB's gradient)
+    assert rows.min() >= step.inner_steps * step.batch_size
+    np.testing.assert_allclose(stats["data_fraction"].values, rows / 5_000)
+    assert not stats["diverging"].values.any()
+    assert np.isfinite(stats["lp_est"].values).all()
+    assert (stats["grad_noise_sd"].values > 0).all()
+
+
+def test_same_seed_same_draws_and_parallel_matches_sequential(step_class, small_logistic):
+    """random_seed fixes every draw, in the sequential and the parallel (cores=2) paths.
+
+    The same seed gives bit-identical chains whether chains run one after another on one
+    step instance (reset_tuning/setup_chain path) or in worker processes (setup_chain only),
+    which shows per-chain state is reset in both paths.
+    """
+    model, _ = small_logistic
+    step = _step(step_class, small_logistic)
+    with model:
+        a = pm.sample(step=step, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
+        b = pm.sample(step=step, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
+        c = pm.sample(step=step, chains=2, cores=2, random_seed=7, **SAMPLE_KW)
+        d = pm.sample(step=step, chains=2, cores=1, random_seed=8, **SAMPLE_KW)
+    beta = [x.posterior["beta"].values for x in (a, b, c, d)]
+    np.testing.assert_array_equal(beta[0], beta[1])
+    np.testing.assert_array_equal(beta[0], beta[2])
+    assert not np.array_equal(beta[0], beta[3])
+    assert not np.array_equal(beta[0][0], beta[0][1])  # chains differ
+
+
+def test_pickle_round_trip_gives_same_draws(small_logistic):
+    """A pickled and restored step samples exactly like the original."""
+    model, _ = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    model_clone, clone = cloudpickle.loads(cloudpickle.dumps((model, step)))
+    with model:
+        a = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
+    with model_clone:
+        b = pm.sample(step=clone, chains=1, random_seed=3, **SAMPLE_KW)
+    np.testing.assert_array_equal(a.posterior["beta"].values, b.posterior["beta"].values)
+
+
+def test_tuning_flag_and_warmup(small_logistic):
+    """stop_tuning ends tuning; reset_tuning/setup_chain start it again; warmup is kept."""
+    model, _ = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    with model:
+        idata = pm.sample(
+            step=step, chains=1, random_seed=2, discard_tuned_samples=False, **SAMPLE_KW
+        )
+    assert idata.warmup_posterior["beta"].sizes["draw"] == SAMPLE_KW["tune"]
+    assert step.tune is False
+    step.reset_tuning()
+    assert step.tune is True
+
+
+def test_initvals_and_progressbar(small_logistic):
+    """initvals far from the mode are accepted and forgotten; the progress bar runs."""
+    model, layer = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    with model:
+        idata = pm.sample(
+            step=step, chains=1, random_seed=4, tune=100, draws=50, progressbar=True,
+            initvals={"beta": np.array([3.0, -3.0, 3.0])}, compute_convergence_checks=False,
+        )
+    theta_map = layer.map_estimate().theta
+    sd = np.sqrt(np.diag(np.linalg.inv(layer.map_estimate().hessian)))
+    assert np.all(np.abs(idata.posterior["beta"].values.mean((0, 1)) - theta_map) < 5 * sd)
+
+
+def test_divergence_is_a_stat_not_a_crash(small_logistic):
+    """A step size far past stability gives non-finite values: rejected draws, a warning,
+    `diverging` set, and a finite trace."""
+    model, _ = small_logistic
+    step = _step(pmb.SGLD, small_logistic, step_size=1e6, inner_steps=5)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=step, chains=1, random_seed=5, **SAMPLE_KW)
+    assert idata.sample_stats["diverging"].values.any()
+    assert np.isfinite(idata.posterior["beta"].values).all()
+    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+
+
+def test_default_assignment_never_picks_us_but_prefer_does(small_logistic):
+    """pm.sample's automatic assignment keeps NUTS; inside pmb.prefer(...) ours is chosen
+    and configured by name (pm.sample(sgld={...}))."""
+    model, _ = small_logistic
+    with model:
+        _, selected = assign_step_methods(model, None)
+        assert pm.NUTS in selected and pmb.SGLD not in selected
+        with pmb.prefer(pmb.SGLD):
+            _, selected = assign_step_methods(model, None)
+            assert set(selected) == {pmb.SGLD}
+            idata = pm.sample(
+                chains=1, random_seed=6, sgld={"batch_size": 250}, **SAMPLE_KW
+            )
+        _, selected = assign_step_methods(model, None)
+        assert pmb.SGLD not in selected
+    assert (idata.sample_stats["rows_touched"].values % 250 == 0).all()
+
+
+def test_inner_steps_control_rows_per_draw(small_logistic):
+    """inner_steps transitions per recorded draw: rows read per draw scale with it."""
+    model, _ = small_logistic
+    step = _step(pmb.SGLD, small_logistic, inner_steps=3)
+    with model:
+        idata = pm.sample(step=step, chains=1, random_seed=9, **SAMPLE_KW)
+    assert (idata.sample_stats["rows_touched"].values == 3 * 500).all()
