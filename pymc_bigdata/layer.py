@@ -633,7 +633,7 @@ def _find_row_data(model, observed, values, n_rows) -> list[Variable]:
     for var in ancestors(full_graphs):
         if var.owner is not None or var in seen or isinstance(var.type, RandomType):
             continue
-        if not isinstance(var, Constant | TensorSharedVariable) or var.type.ndim < 1:
+        if not isinstance(var, Constant | TensorSharedVariable) or getattr(var.type, "ndim", 0) < 1:
             continue
         data = _data_value(var)
         if data.shape[0] == n_rows and n_rows > 1:
