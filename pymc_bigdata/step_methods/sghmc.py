@@ -99,7 +99,7 @@ class SGHMC(SubsamplingStep):
 
     def default_inner(self) -> int:
         slowest = math.sqrt(self.precond.curvature_range[0])
-        return max(1, math.ceil(self.default_travel_time / (self.step_size * slowest)))
+        return max(1, math.ceil(self.default_travel_time / (self.step_size * slowest) - 1e-9))
 
     def _reset_kernel_state(self) -> None:
         self._state: SGHMCState | None = None

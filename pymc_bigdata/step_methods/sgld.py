@@ -35,7 +35,7 @@ class SGLD(SubsamplingStep):
 
     def default_inner(self) -> int:
         lam_min = self.precond.curvature_range[0]
-        return max(1, math.ceil(2.0 / (self.step_size * lam_min)))
+        return max(1, math.ceil(2.0 / (self.step_size * lam_min) - 1e-9))
 
     def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
         z, info = sgld_steps(z0, self.grad_log_density, self.step_size, self.inner_steps, self.rng)
