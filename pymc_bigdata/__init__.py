@@ -2,8 +2,8 @@
 
 from pymc_bigdata.errors import DivergenceWarning, ModelNotSupportedError
 from pymc_bigdata.layer import MapResult, MinibatchModel
-from pymc_bigdata.rows import RowIndexSampler, RowSource
 from pymc_bigdata.registry import prefer, register
+from pymc_bigdata.rows import RowIndexSampler, RowSource
 from pymc_bigdata.step_methods import SGHMC, SGLD, SubsamplingStep
 
 register()

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
 
     start = time.perf_counter()
     features, outcome = make_data(int(args.rows), args.coefs, args.seed)
-    with pm.Model() as model:
+    with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=args.coefs)
         pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
         step = pmb.SGHMC()
@@ -56,13 +56,19 @@ def main(argv: list[str] | None = None) -> None:
         f"\nrows {int(args.rows):,}  coefficients {args.coefs}  "
         f"step size {step.step_size:.3g}  inner steps {step.inner_steps}  batch {step.batch_size}"
     )
-    print(f"wall time {done - start:.1f} s (data + compile + MAP {setup - start:.1f} s, "
-          f"sampling {done - setup:.1f} s)")
-    print(f"max |mean - Laplace| / sd = {mean_err.max():.3f};  "
-          f"sd ratio in [{sd_ratio.min():.3f}, {sd_ratio.max():.3f}];  "
-          f"min bulk ESS {ess.min():.0f}")
-    print(f"divergences {int(idata.sample_stats['diverging'].sum())};  data passes "
-          f"{float(idata.sample_stats['data_fraction'].sum()):.1f} (after tuning)")
+    print(
+        f"wall time {done - start:.1f} s (data + compile + MAP {setup - start:.1f} s, "
+        f"sampling {done - setup:.1f} s)"
+    )
+    print(
+        f"max |mean - Laplace| / sd = {mean_err.max():.3f};  "
+        f"sd ratio in [{sd_ratio.min():.3f}, {sd_ratio.max():.3f}];  "
+        f"min bulk ESS {ess.min():.0f}"
+    )
+    print(
+        f"divergences {int(idata.sample_stats['diverging'].sum())};  data passes "
+        f"{float(idata.sample_stats['data_fraction'].sum()):.1f} (after tuning)"
+    )
 
 
 if __name__ == "__main__":

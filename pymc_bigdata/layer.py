@@ -35,10 +35,13 @@ import scipy.optimize
 from pymc.data import MinibatchOp
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.logprob.utils import replace_rvs_by_values
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.gradient import grad, pushforward
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
+from pytensor.scalar import Cast
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
@@ -132,7 +135,8 @@ class MinibatchModel:
         _check_no_missing_values(model)
         stripped_values = {rv: _strip_minibatch(model.rvs_to_values[rv]) for rv in observed}
         self.n_rows = _common_row_count(stripped_values)
-        row_vars = _find_row_data(model, observed, stripped_values, self.n_rows)
+        row_vars, canonical = _find_row_data(model, observed, stripped_values, self.n_rows)
+        row_names = _row_names(row_vars, observed, stripped_values)
         _check_free_vars_not_per_row(model, self.n_rows)
 
         self.theta = pt.vector("theta", dtype="float64")
@@ -141,12 +145,13 @@ class MinibatchModel:
         value_of = self._unravel(self.theta)
 
         row_inputs = [
-            pt.tensor(f"{_name(v)}_rows", dtype=v.dtype, shape=(None, *v.type.shape[1:]))
-            for v in row_vars
+            pt.tensor(f"rows_{i}", dtype=v.dtype, shape=(None, *v.type.shape[1:]))
+            for i, v in enumerate(row_vars)
         ]
-        data_to_rows = dict(zip(row_vars, row_inputs))
+        input_of = dict(zip(row_vars, row_inputs))
+        data_to_rows = {var: input_of[canon] for var, canon in canonical.items()}
         arrays = [_data_value(v) for v in row_vars]
-        self.rows = RowSource(arrays, [_name(v) for v in row_vars])
+        self.rows = RowSource(arrays, row_names)
         _check_finite_rows(self.rows)
         self.row_inputs = row_inputs
 
@@ -163,7 +168,7 @@ class MinibatchModel:
 
         prior_terms = [*model.logp(vars=model.free_RVs, sum=False, jacobian=True)]
         for pot in model.potentials:
-            if any(a in set(row_vars) for a in ancestors([pot])):
+            if any(a in canonical for a in ancestors([pot])):
                 raise ModelNotSupportedError(
                     f"Potential {pot.name!r} depends on row data, so the likelihood does not "
                     "factor over rows; write it as an observed variable instead."
@@ -184,10 +189,13 @@ class MinibatchModel:
 
     def _per_row_logp(self, rv, value, data_to_rows, free_rvs_to_values) -> pt.TensorVariable:
         """Rebuild ``rv`` on minibatch inputs and return its per-row log-likelihood (n,)."""
+        name = rv.name
+        if isinstance(rv.owner.op, MinibatchRandomVariable):  # total_size wrapper: we rescale
+            rv = rv.owner.inputs[0]
         ndim_supp = getattr(rv.owner.op, "ndim_supp", 0)
         if rv.ndim - ndim_supp < 1:
             raise ModelNotSupportedError(
-                f"Observed variable {rv.name!r} has its row axis inside one multivariate "
+                f"Observed variable {name!r} has its row axis inside one multivariate "
                 f"draw ({type(rv.owner.op).__name__} over all rows), so its likelihood does not "
                 "factor over rows. Subsampling needs independent rows given the parameters."
             )
@@ -197,7 +205,7 @@ class MinibatchModel:
             resized = change_dist_size(rv, new_size=batch_shape, expand=False)
         except NotImplementedError as exc:
             raise ModelNotSupportedError(
-                f"Observed variable {rv.name!r} ({type(rv.owner.op).__name__}) cannot be "
+                f"Observed variable {name!r} ({type(rv.owner.op).__name__}) cannot be "
                 f"resized to a minibatch: {exc}"
             ) from exc
         [resized] = replace_rvs_by_values(
@@ -206,7 +214,11 @@ class MinibatchModel:
             rvs_to_transforms=self.model.rvs_to_transforms,
         )
         # rebuild_strict=False re-infers every type, so no static row count survives
-        replacements = {**_minibatch_replacements(resized), **data_to_rows}
+        replacements = {
+            out: data_to_rows.get(full, full)
+            for out, full in _minibatch_replacements(resized).items()
+        }
+        replacements.update(data_to_rows)
         resized = clone_replace(resized, replacements, rebuild_strict=False)
         elementwise = pm.logp(resized, value_rows, warn_rvs=False)
         if elementwise.ndim > 1:
@@ -347,7 +359,7 @@ class MinibatchModel:
     def estimate_logp_grad(
         self, theta: np.ndarray, rows: list[np.ndarray]
     ) -> tuple[float, np.ndarray]:
-        """Unbiased minibatch estimate of the log posterior, prior + (N/n) sum_i l_i, and gradient."""
+        """Unbiased minibatch estimate of the log posterior (prior + (N/n) sum_i l_i), gradient."""
         lp, g = self._estimate_fn(theta, *rows, np.array(self.n_rows / len(rows[0])))
         return float(lp), g
 
@@ -451,9 +463,13 @@ class MinibatchModel:
         """
         theta = self.initial_theta if start is None else np.asarray(start, dtype=np.float64)
         n_sub = min(self.n_rows, self.chunk_rows)
-        sub_rows = self.rows.take(np.sort(
-            np.random.default_rng(20140621).choice(self.n_rows, n_sub, replace=False)
-        )) if n_sub < self.n_rows else next(self.rows.chunks(self.n_rows))
+        sub_rows = (
+            self.rows.take(
+                np.sort(np.random.default_rng(20140621).choice(self.n_rows, n_sub, replace=False))
+            )
+            if n_sub < self.n_rows
+            else next(self.rows.chunks(self.n_rows))
+        )
         scale = self.n_rows / n_sub
 
         def negative_sub(theta):
@@ -467,7 +483,10 @@ class MinibatchModel:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
             theta = scipy.optimize.minimize(
-                negative_sub, theta, jac=True, method="L-BFGS-B",
+                negative_sub,
+                theta,
+                jac=True,
+                method="L-BFGS-B",
                 options={"maxiter": maxiter, "gtol": 1e-9 * self.n_rows},
             ).x
         precision = -(scale * self.loglik_hessian(theta, sub_rows) + self.prior_hessian(theta))
@@ -481,8 +500,12 @@ class MinibatchModel:
                 "check the model and its initial values."
             )
         return MapResult(
-            theta=theta, logp=lp, loglik_grad=loglik_grad, loglik=loglik,
-            hessian=self._neg_hessian(theta), n_evaluations=n_eval + 2,
+            theta=theta,
+            logp=lp,
+            loglik_grad=loglik_grad,
+            loglik=loglik,
+            hessian=self._neg_hessian(theta),
+            n_evaluations=n_eval + 2,
         )
 
     def _newton(
@@ -496,8 +519,11 @@ class MinibatchModel:
         except np.linalg.LinAlgError:
             factor = None
         for _ in range(max_iter):
-            step = (scipy.linalg.cho_solve(factor, g) if factor is not None
-                    else np.linalg.lstsq(precision, g, rcond=None)[0])
+            step = (
+                scipy.linalg.cho_solve(factor, g)
+                if factor is not None
+                else np.linalg.lstsq(precision, g, rcond=None)[0]
+            )
             if float(g @ step) < 1e-12 or not np.all(np.isfinite(step)):
                 break
             for _halving in range(30):
@@ -550,8 +576,20 @@ class Anchor:
 
 
 # ---------------------------------------------------------------------- model checks
-def _name(var: Variable) -> str:
-    return var.name or str(var)
+def _row_names(row_vars, observed, values) -> list[str]:
+    """Readable names: the variable's name, or the observed variable a plain array feeds."""
+    names = []
+    for var in row_vars:
+        if var.name:
+            names.append(var.name)
+            continue
+        owner = next((rv.name for rv in observed if values[rv] is var), None)
+        if owner is not None:
+            names.append(f"observed data of {owner!r}")
+            continue
+        users = [rv.name for rv in observed if var in set(ancestors(rv.owner.inputs))]
+        names.append(f"unnamed covariate array of shape {_data_value(var).shape} used by {users}")
+    return names
 
 
 def _check_vars(model: pm.Model, vars) -> list[Variable]:
@@ -576,9 +614,15 @@ def _check_vars(model: pm.Model, vars) -> list[Variable]:
 
 
 def _strip_minibatch(value: Variable) -> Variable:
-    """Full-data variable behind a ``pm.Minibatch`` output (or the value itself)."""
-    if value.owner is not None and isinstance(value.owner.op, MinibatchOp):
-        return value.owner.inputs[value.owner.outputs.index(value)]
+    """Full-data variable behind a ``pm.Minibatch`` output or a dtype cast (or the value)."""
+    while value.owner is not None:
+        op = value.owner.op
+        if isinstance(op, MinibatchOp):
+            value = value.owner.inputs[value.owner.outputs.index(value)]
+        elif isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast):
+            value = value.owner.inputs[0]  # pm.Data stores integers as int32; PyMC casts
+        else:
+            break
     return value
 
 
@@ -620,26 +664,46 @@ def _common_row_count(values: dict) -> int:
     return next(iter(counts.values()))
 
 
-def _find_row_data(model, observed, values, n_rows) -> list[Variable]:
-    """Observed values and covariates with a leading row axis of length ``n_rows``."""
+def _find_row_data(
+    model, observed, values, n_rows
+) -> tuple[list[Variable], dict[Variable, Variable]]:
+    """Observed values and covariates with a leading row axis of length ``n_rows``.
+
+    Returns the distinct row arrays and a map from every graph variable holding one of them
+    to its canonical variable (plain arrays used twice become two equal constants).
+    """
     full_graphs = [inp for rv in observed for inp in rv.owner.inputs]
-    row_vars = []
-    seen = set()
-    for rv in observed:
-        value = values[rv]
-        if value not in seen:
-            row_vars.append(value)
-            seen.add(value)
-    for var in ancestors(full_graphs):
-        if var.owner is not None or var in seen or isinstance(var.type, RandomType):
-            continue
-        if not isinstance(var, Constant | TensorSharedVariable) or getattr(var.type, "ndim", 0) < 1:
-            continue
+    row_vars: list[Variable] = []
+    canonical: dict[Variable, Variable] = {}
+
+    def add(var):
+        if var in canonical:
+            return
         data = _data_value(var)
-        if data.shape[0] == n_rows and n_rows > 1:
-            row_vars.append(var)
-            seen.add(var)
-    return row_vars
+        for known in row_vars:
+            other = _data_value(known)
+            if (
+                other.shape == data.shape
+                and other.dtype == data.dtype
+                and (other is data or np.array_equal(other, data, equal_nan=True))
+            ):
+                canonical[var] = known
+                return
+        row_vars.append(var)
+        canonical[var] = var
+
+    for rv in observed:
+        add(values[rv])
+    for var in ancestors(full_graphs):
+        if var.owner is not None or isinstance(var.type, RandomType):
+            continue
+        if not isinstance(var, Constant | TensorSharedVariable):
+            continue
+        if getattr(var.type, "ndim", 0) < 1:
+            continue
+        if n_rows > 1 and _data_value(var).shape[0] == n_rows:
+            add(var)
+    return row_vars, canonical
 
 
 def _check_free_vars_not_per_row(model: pm.Model, n_rows: int) -> None:

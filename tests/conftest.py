@@ -49,8 +49,7 @@ def check_posterior(
     hi = np.maximum(ref_sd, ref_sd * sd_bias_ratio) + sd_band
     mean_z = np.abs(mean - ref_mean) / np.sqrt(mcse_mean**2 + np.square(ref_mean_se))
     assert np.all(np.abs(mean - ref_mean) <= mean_band), (
-        f"{var}: mean off by {mean_z.max():.2f} MCSE (bound {z}); "
-        f"mean {mean}, reference {ref_mean}"
+        f"{var}: mean off by {mean_z.max():.2f} MCSE (bound {z}); mean {mean}, reference {ref_mean}"
     )
     assert np.all((sd >= lo) & (sd <= hi)), (
         f"{var}: sd {sd} outside [{lo}, {hi}] (reference {ref_sd}, bias ratio {sd_bias_ratio})"

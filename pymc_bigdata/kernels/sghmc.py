@@ -116,7 +116,8 @@ def baoab_steps(
     decay = np.exp(-friction * step_size)
     noise_sd, clipped = _noise_scale(
         1.0 - decay**2,
-        None if grad_noise_var is None
+        None
+        if grad_noise_var is None
         else baoab_noise_weight(step_size, friction) * step_size**2 * grad_noise_var,
     )
     noise = rng.standard_normal((n_steps, z.shape[0])) * noise_sd

@@ -184,6 +184,10 @@ class SubsamplingStep(ArrayStepShared):
             )
         self.control_variates = bool(control_variates)
         self.replace = bool(replace)
+        if step_size is not None:  # fail before the (full-data) MAP search
+            self._check_step_size(step_size)
+        if inner_steps is not None:
+            self._check_inner_steps(inner_steps)
         map_result = self.layer.map_estimate()
         self.precond = Preconditioner(map_result.theta, map_result.hessian, preconditioner)
         self.anchor: Anchor | None = self.layer.map_anchor() if self.control_variates else None
@@ -340,4 +344,3 @@ class SubsamplingStep(ArrayStepShared):
 
     def _extra_stats(self) -> dict[str, Any]:
         return {}
-

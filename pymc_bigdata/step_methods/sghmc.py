@@ -39,9 +39,10 @@ class SGHMC(SubsamplingStep):
         The paper's Eq. 15 parameters; if given they set ``step_size = sqrt(learning_rate)`` and
         ``friction = alpha / step_size``.
 
-    Defaults: ``eps = 0.7 / sqrt(lambda_max)`` and ``inner_steps = ceil(2.8 / (eps sqrt(lambda_min)))``
-    where ``lambda`` are the eigenvalues of the curvature in ``z`` (both 1 with the default dense
-    preconditioner). See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the rest.
+    Defaults: ``eps = 0.7 / sqrt(lambda_max)`` and
+    ``inner_steps = ceil(2.8 / (eps sqrt(lambda_min)))`` where ``lambda`` are the eigenvalues
+    of the curvature in ``z`` (both 1 with the default dense preconditioner). See
+    :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the other parameters.
     """
 
     name = "sghmc"
@@ -119,8 +120,13 @@ class SGHMC(SubsamplingStep):
             state = SGHMCState(z0, momentum, grad)
         noise_var = self._noise_var if self.noise_estimate == "running" else None
         new_state, info = self._kernel(
-            state, self.grad_log_density, self.step_size, self.friction,
-            self.inner_steps, self.rng, noise_var,
+            state,
+            self.grad_log_density,
+            self.step_size,
+            self.friction,
+            self.inner_steps,
+            self.rng,
+            noise_var,
         )
         self._state = new_state if info.finite else None
         self._noise_clipped = info.noise_clipped

@@ -81,7 +81,12 @@ def test_eq15_small_step_close_and_bhat_corrects():
     # In Eq. 15 the gradient noise enters as eta * N(0, V): variance eta^2 V per step.
     state = SGHMCState(np.zeros(N_CHAINS), eps * rng.standard_normal(N_CHAINS), np.zeros(N_CHAINS))
     corrected, _ = sghmc_steps(
-        state, _gaussian_grad(noise_sd, rng), eps, friction, 3_000, rng,
+        state,
+        _gaussian_grad(noise_sd, rng),
+        eps,
+        friction,
+        3_000,
+        rng,
         np.full(N_CHAINS, noise_sd**2),
     )
     # Euler discretisation bias of Eq. 15 on a unit Gaussian is O(eps): allow eps.

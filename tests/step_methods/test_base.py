@@ -103,8 +103,14 @@ def test_initvals_and_progressbar(small_logistic):
     step = _step(pmb.SGHMC, small_logistic)
     with model:
         idata = pm.sample(
-            step=step, chains=1, random_seed=4, tune=100, draws=50, progressbar=True,
-            initvals={"beta": np.array([3.0, -3.0, 3.0])}, compute_convergence_checks=False,
+            step=step,
+            chains=1,
+            random_seed=4,
+            tune=100,
+            draws=50,
+            progressbar=True,
+            initvals={"beta": np.array([3.0, -3.0, 3.0])},
+            compute_convergence_checks=False,
         )
     theta_map = layer.map_estimate().theta
     sd = np.sqrt(np.diag(np.linalg.inv(layer.map_estimate().hessian)))
@@ -134,9 +140,7 @@ def test_default_assignment_never_picks_us_but_prefer_does(small_logistic):
         with pmb.prefer(pmb.SGLD):
             _, selected = assign_step_methods(model, None)
             assert set(selected) == {pmb.SGLD}
-            idata = pm.sample(
-                chains=1, random_seed=6, sgld={"batch_size": 250}, **SAMPLE_KW
-            )
+            idata = pm.sample(chains=1, random_seed=6, sgld={"batch_size": 250}, **SAMPLE_KW)
         _, selected = assign_step_methods(model, None)
         assert pmb.SGLD not in selected
     assert (idata.sample_stats["rows_touched"].values % 250 == 0).all()

@@ -27,7 +27,11 @@ SAMPLERS = {
 def _sample(model, step, seed):
     with model:
         return pm.sample(
-            step=step, chains=2, cores=1, random_seed=seed, progressbar=False,
+            step=step,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
             compute_convergence_checks=False,
         )
 
@@ -114,8 +118,13 @@ def test_logistic_regression_100k(name, logistic_100k):
     cls, sd_bias = SAMPLERS[name]
     idata = _sample(model, cls(model=model, layer=layer), seed=3)
     check_posterior(
-        idata, "beta", ref["mean"], ref["sd"], ref_mean_se=ref["mean_se"],
-        ref_sd_se=ref["sd_se"], sd_bias_ratio=sd_bias,
+        idata,
+        "beta",
+        ref["mean"],
+        ref["sd"],
+        ref_mean_se=ref["mean_se"],
+        ref_sd_se=ref["sd_se"],
+        sd_bias_ratio=sd_bias,
     )
 
 
@@ -144,6 +153,10 @@ def test_two_observed_variables_sharing_rows():
     idata = _sample(model, step, seed=4)
     for name, sl in (("a", slice(0, 2)), ("c", slice(2, 4))):
         check_posterior(
-            idata, name, ref["mean"][sl], ref["sd"][sl], ref_mean_se=ref["mean_se"][sl],
+            idata,
+            name,
+            ref["mean"][sl],
+            ref["sd"][sl],
+            ref_mean_se=ref["mean_se"][sl],
             ref_sd_se=ref["sd_se"][sl],
         )

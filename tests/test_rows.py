@@ -1,0 +1,153 @@
+"""Unit tests of the row source and the minibatch index sampler (no PyMC model, no compilation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymc_bigdata import RowIndexSampler, RowSource
+from pymc_bigdata.rows import check_batch_size
+
+
+# ---------------------------------------------------------------------- RowSource
+@pytest.fixture
+def source() -> tuple[RowSource, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(103)
+    x = rng.standard_normal((103, 2, 3))
+    return RowSource([y, x], ["y", "X"]), y, x
+
+
+def test_row_source_metadata(source):
+    """n_rows, names, dtypes and the shape of one row of each array are reported."""
+    rows, _, _ = source
+    assert rows.n_rows == 103
+    assert rows.names == ("y", "X")
+    assert rows.dtypes == (np.dtype("float64"), np.dtype("float64"))
+    assert rows.trailing_shapes == ((), (2, 3))
+
+
+def test_take_gathers_rows_in_the_given_order_as_copies(source):
+    """take(idx) returns every array's rows idx, in that order (repeats allowed), as copies."""
+    rows, y, x = source
+    idx = np.array([5, 0, 102, 5, 17])
+    got_y, got_x = rows.take(idx)
+    np.testing.assert_array_equal(got_y, y[idx])
+    np.testing.assert_array_equal(got_x, x[idx])
+    got_y[0] = 1e9
+    assert y[5] != 1e9
+
+
+def test_chunks_partition_the_rows_in_order(source):
+    """chunks(k) yields consecutive blocks of at most k rows that concatenate to the data."""
+    rows, y, x = source
+    chunks = list(rows.chunks(25))
+    assert [len(c[0]) for c in chunks] == [25, 25, 25, 25, 3]
+    np.testing.assert_array_equal(np.concatenate([c[0] for c in chunks]), y)
+    np.testing.assert_array_equal(np.concatenate([c[1] for c in chunks]), x)
+    assert len(list(rows.chunks(1000))) == 1
+
+
+def test_all_finite_flags_each_float_array():
+    """all_finite reports NaN / inf per floating array; integer arrays are always finite."""
+    y = np.ones(10)
+    y[3] = np.nan
+    x = np.ones((10, 2))
+    x[9, 1] = -np.inf
+    rows = RowSource([y, x, np.arange(10), np.ones(10)], ["y", "X", "k", "w"])
+    assert rows.all_finite() == {"y": False, "X": False, "k": True, "w": True}
+
+
+def test_row_source_rejects_mismatched_arrays():
+    """Different row counts, a missing name or no arrays raise ValueError naming the issue."""
+    with pytest.raises(ValueError, match=r"different row counts.*'y': 10.*'X': 9"):
+        RowSource([np.ones(10), np.ones((9, 2))], ["y", "X"])
+    with pytest.raises(ValueError, match="one name per array"):
+        RowSource([np.ones(10)], ["y", "X"])
+    with pytest.raises(ValueError, match="at least one array"):
+        RowSource([], [])
+
+
+# ---------------------------------------------------------------------- RowIndexSampler
+def _draws(sampler: RowIndexSampler, count: int) -> list[np.ndarray]:
+    return [sampler.draw().copy() for _ in range(count)]
+
+
+@pytest.mark.parametrize("n_rows", [100, 103])
+def test_without_replacement_minibatches_are_disjoint_within_an_epoch(n_rows):
+    """Without replacement, the floor(N/n) minibatches of one epoch are disjoint.
+
+    When n divides N they cover every row exactly once; otherwise they cover floor(N/n) * n
+    distinct rows and the next draw starts a fresh permutation (the leftover rows of an epoch
+    are skipped, so each minibatch remains a simple random sample without replacement).
+    Checked over three epochs.
+    """
+    batch = 10
+    sampler = RowIndexSampler(n_rows, batch, np.random.default_rng(1))
+    per_epoch = n_rows // batch
+    for _ in range(3):
+        draws = _draws(sampler, per_epoch)
+        assert all(d.shape == (batch,) for d in draws)
+        epoch = np.concatenate(draws)
+        assert len(np.unique(epoch)) == per_epoch * batch
+        assert epoch.min() >= 0 and epoch.max() < n_rows
+        if n_rows % batch == 0:
+            np.testing.assert_array_equal(np.sort(epoch), np.arange(n_rows))
+
+
+def test_full_batch_without_replacement_is_a_permutation():
+    """batch_size = N draws every row once per minibatch."""
+    sampler = RowIndexSampler(50, 50, np.random.default_rng(2))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.sort(sampler.draw()), np.arange(50))
+
+
+def test_with_replacement_indices_are_in_range_and_repeat():
+    """replace=True: n integer indices in [0, N) per draw, drawn independently (repeats occur)."""
+    sampler = RowIndexSampler(7, 7, np.random.default_rng(3), replace=True)
+    draws = np.array(_draws(sampler, 200))
+    assert draws.shape == (200, 7)
+    assert np.issubdtype(draws.dtype, np.integer)
+    assert draws.min() >= 0 and draws.max() < 7
+    assert set(np.unique(draws)) == set(range(7))
+    # without replacement a 7-of-7 draw never repeats a row; with replacement almost always
+    assert np.mean([len(np.unique(d)) < 7 for d in draws]) > 0.9
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_same_seed_same_indices_and_reset_restarts(replace):
+    """The same seed gives the same index sequence; another seed a different one; reset(rng)
+    with a fresh generator of the first seed replays the sequence from its start."""
+    a = RowIndexSampler(1000, 64, np.random.default_rng(42), replace=replace)
+    b = RowIndexSampler(1000, 64, np.random.default_rng(42), replace=replace)
+    c = RowIndexSampler(1000, 64, np.random.default_rng(43), replace=replace)
+    first = _draws(a, 40)  # crosses epoch boundaries (15 minibatches per epoch)
+    for x, y in zip(first, _draws(b, 40), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert any(not np.array_equal(x, z) for x, z in zip(first, _draws(c, 40), strict=True))
+    a.reset(np.random.default_rng(42))
+    for x, y in zip(first, _draws(a, 40), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 101])
+def test_check_batch_size_rejects_out_of_range(bad):
+    """batch_size outside [1, N] raises ValueError naming batch_size, the range and N."""
+    with pytest.raises(ValueError, match=rf"batch_size must be between 1 and .*N = 100, got {bad}"):
+        check_batch_size(bad, 100)
+    with pytest.raises(ValueError, match="batch_size"):
+        RowIndexSampler(100, bad, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("bad", [2.5, 10.0, "10", True, None])
+def test_check_batch_size_rejects_non_integers(bad):
+    """A float, string, bool or None batch_size raises TypeError (not silently truncated)."""
+    with pytest.raises(TypeError, match="batch_size must be an integer"):
+        check_batch_size(bad, 100)
+
+
+@pytest.mark.parametrize("good", [1, 100, np.int64(37), np.int32(5)])
+def test_check_batch_size_accepts_integers_in_range(good):
+    """Python and NumPy integers in [1, N] are accepted."""
+    check_batch_size(good, 100)
+    assert RowIndexSampler(100, good, np.random.default_rng(0)).draw().shape == (int(good),)
