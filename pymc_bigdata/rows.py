@@ -77,10 +77,14 @@ class RowSource:
 class RowIndexSampler:
     """Draws minibatch row indices from a generator.
 
-    Without replacement (the default) it walks through a fresh random permutation of the
-    rows: consecutive minibatches within one pass over the data are disjoint, and each
-    minibatch on its own is a simple random sample without replacement.  With
-    ``replace=True`` each minibatch draws its rows independently, with replacement.
+    Without replacement and with ``reshuffle=True`` (the default) it walks through a fresh
+    random permutation of the rows ("random reshuffling"): consecutive minibatches within one
+    pass over the data are disjoint, and each minibatch on its own is a simple random sample
+    without replacement. Their gradient noise is then negatively correlated across a pass (it
+    sums to zero over one), which lowers its effect on the dynamics. With ``reshuffle=False``
+    every minibatch is an independent simple random sample (what a B-hat noise correction
+    assumes). With ``replace=True`` each minibatch draws its rows independently, with
+    replacement.
 
     Parameters
     ----------
@@ -92,15 +96,24 @@ class RowIndexSampler:
         The owning sampler's generator.
     replace
         Draw with replacement.
+    reshuffle
+        Without replacement: disjoint minibatches along random permutations (True) or
+        independent minibatches (False).
     """
 
     def __init__(
-        self, n_rows: int, batch_size: int, rng: np.random.Generator, replace: bool = False
+        self,
+        n_rows: int,
+        batch_size: int,
+        rng: np.random.Generator,
+        replace: bool = False,
+        reshuffle: bool = True,
     ):
         check_batch_size(batch_size, n_rows)
         self.n_rows = int(n_rows)
         self.batch_size = int(batch_size)
         self.replace = bool(replace)
+        self.reshuffle = bool(reshuffle)
         self.rng = rng
         self._permutation = np.empty(0, dtype=np.int64)
         self._position = 0
@@ -115,6 +128,8 @@ class RowIndexSampler:
         """Return the row indices of the next minibatch."""
         if self.replace:
             return self.rng.integers(0, self.n_rows, size=self.batch_size)
+        if not self.reshuffle:
+            return self.rng.choice(self.n_rows, size=self.batch_size, replace=False)
         if self._position + self.batch_size > len(self._permutation):
             self._permutation = self.rng.permutation(self.n_rows)
             self._position = 0

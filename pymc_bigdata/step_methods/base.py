@@ -128,6 +128,10 @@ class SubsamplingStep(ArrayStepShared):
         Use ``grad U(theta*) + (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``.
     replace
         Draw minibatch rows with replacement (default: without).
+    reshuffle
+        Without replacement: walk through random permutations of the rows, so the minibatches
+        of one pass are disjoint (True, the default), or draw independent minibatches (False;
+        needed by, and the default of, an estimated gradient-noise correction).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     rng
@@ -161,6 +165,7 @@ class SubsamplingStep(ArrayStepShared):
         preconditioner: str = "auto",
         control_variates: bool = True,
         replace: bool = False,
+        reshuffle: bool | None = None,
         layer: MinibatchModel | None = None,
         rng=None,
         blocked: bool = True,
@@ -184,6 +189,7 @@ class SubsamplingStep(ArrayStepShared):
             )
         self.control_variates = bool(control_variates)
         self.replace = bool(replace)
+        self.reshuffle = self._check_reshuffle(reshuffle)
         if step_size is not None:  # fail before the (full-data) MAP search
             self._check_step_size(step_size)
         if inner_steps is not None:
@@ -196,7 +202,9 @@ class SubsamplingStep(ArrayStepShared):
         self._scale_rows = n_rows / self.batch_size
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
-        self._rows = RowIndexSampler(n_rows, self.batch_size, self.rng, replace=self.replace)
+        self._rows = RowIndexSampler(
+            n_rows, self.batch_size, self.rng, replace=self.replace, reshuffle=self.reshuffle
+        )
         self._reset_chain_state()
 
     # ------------------------------------------------------------------ defaults and checks
@@ -207,6 +215,10 @@ class SubsamplingStep(ArrayStepShared):
     def default_inner(self) -> int:
         """Default transitions per draw (see the sampler's docs)."""
         return self.default_inner_steps
+
+    def _check_reshuffle(self, reshuffle: bool | None) -> bool:
+        """Subclasses that assume independent minibatches override this."""
+        return True if reshuffle is None else bool(reshuffle)
 
     def _check_step_size(self, step_size: float | None) -> float:
         if step_size is None:
@@ -260,6 +272,10 @@ class SubsamplingStep(ArrayStepShared):
         """Subclasses reset their per-chain kernel state (momentum...) here."""
 
     # ------------------------------------------------------------------ gradient oracle
+    #: how the gradient-noise variance is measured once per draw: "split" (two half
+    #: minibatches) or "fisher" (per-row gradients, the empirical Fisher of Ahn et al. 2012)
+    noise_measurement: str = "split"
+
     def grad_log_density(self, z: np.ndarray) -> np.ndarray:
         """Stochastic gradient of the log posterior in z coordinates (one fresh minibatch)."""
         theta = self.precond.theta(z)
@@ -268,14 +284,36 @@ class SubsamplingStep(ArrayStepShared):
         self._rows_touched += self.batch_size
         if self._measure_noise and self.batch_size >= 2:
             self._measure_noise = False
-            half = self.batch_size // 2
-            g_a = self.layer.estimate_grad(theta, [r[:half] for r in rows], self.anchor)
-            g_b = self.layer.estimate_grad(theta, [r[half:] for r in rows], self.anchor)
-            # Var of the full-minibatch mean is E[(g_a - g_b)^2] / 4 (halves are independent)
-            self._measured = self.precond.grad_z(g_a - g_b) ** 2 / 4.0
-            w_a = half / self.batch_size
-            return self.precond.grad_z(w_a * g_a + (1.0 - w_a) * g_b)
+            if self.noise_measurement == "fisher":
+                self._measured = self._fisher_noise_var(theta, rows)
+            else:
+                return self._split_gradient(theta, rows)
         return self.precond.grad_z(self.layer.estimate_grad(theta, rows, self.anchor))
+
+    def _split_gradient(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """The minibatch gradient as the weighted mean of its two halves, whose difference
+        measures the estimator's variance: Var(mean) = E[(g_a - g_b)^2] / 4."""
+        half = self.batch_size // 2
+        g_a = self.layer.estimate_grad(theta, [r[:half] for r in rows], self.anchor)
+        g_b = self.layer.estimate_grad(theta, [r[half:] for r in rows], self.anchor)
+        self._measured = self.precond.grad_z(g_a - g_b) ** 2 / 4.0
+        w_a = half / self.batch_size
+        return self.precond.grad_z(w_a * g_a + (1.0 - w_a) * g_b)
+
+    def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Diagonal of the minibatch gradient's covariance from per-row gradients (z units).
+
+        ``V = (N^2 / n) (1 - n/N) Cov_i[grad l_i(theta) - grad l_i(theta*)]`` for a sample of
+        ``n`` rows drawn without replacement (without the finite-population factor if drawn
+        with replacement); the anchor term drops out without control variates.
+        """
+        per_row = self.layer.row_gradients(theta, rows)
+        if self.anchor is not None:
+            per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
+        per_row_z = per_row @ self.precond.matrix  # rows of L^T grad
+        n, big_n = self.batch_size, self.layer.n_rows
+        finite_population = 1.0 if self.replace else 1.0 - n / big_n
+        return per_row_z.var(axis=0, ddof=1) * big_n**2 / n * finite_population
 
     def _update_noise_estimate(self) -> None:
         if self._measured is None:

@@ -30,9 +30,10 @@ class SGHMC(SubsamplingStep):
         ``"baoab"`` (default; exact for Gaussian posteriors, O(eps^2) bias otherwise) or
         ``"sghmc"`` (the paper's Alg. 2 / Eq. 15: ``eta = eps^2``, ``alpha = eps C``; O(eps) bias).
     noise_estimate
-        ``"zero"`` (B_hat = 0, default) or ``"running"``: B_hat from a running estimate of the
-        gradient-noise variance (the empirical Fisher of the minibatch estimator, measured each
-        draw by splitting its first minibatch in two halves), subtracted from the injected noise.
+        ``"zero"`` (B_hat = 0, default); ``"running"``: B_hat from a running estimate of the
+        gradient-noise variance, measured each draw by splitting its first minibatch in two
+        halves; ``"fisher"``: the same from per-row gradients (the empirical Fisher of Ahn et
+        al. 2012, as the paper suggests). B_hat is subtracted from the injected noise.
     resample_momentum
         Draw a fresh momentum at the start of every recorded draw.
     learning_rate, alpha
@@ -75,8 +76,10 @@ class SGHMC(SubsamplingStep):
     ):
         if integrator not in _INTEGRATORS:
             raise ValueError(f"integrator must be 'baoab' or 'sghmc', got {integrator!r}.")
-        if noise_estimate not in ("zero", "running"):
-            raise ValueError(f"noise_estimate must be 'zero' or 'running', got {noise_estimate!r}.")
+        if noise_estimate not in ("zero", "running", "fisher"):
+            raise ValueError(
+                f"noise_estimate must be 'zero', 'running' or 'fisher', got {noise_estimate!r}."
+            )
         if learning_rate is not None:
             _check_positive("learning_rate", learning_rate)
             if step_size is not None:
@@ -93,9 +96,21 @@ class SGHMC(SubsamplingStep):
         _check_positive("friction", self.friction)
         self.integrator = integrator
         self.noise_estimate = noise_estimate
+        self.noise_measurement = "fisher" if noise_estimate == "fisher" else "split"
         self.resample_momentum = bool(resample_momentum)
         self._kernel = _INTEGRATORS[integrator]
         super().__init__(vars, step_size=step_size, **kwargs)
+
+    def _check_reshuffle(self, reshuffle: bool | None) -> bool:
+        if self.noise_estimate == "zero":
+            return super()._check_reshuffle(reshuffle)
+        if reshuffle:
+            raise ValueError(
+                f"noise_estimate={self.noise_estimate!r} subtracts the variance of independent "
+                "minibatch gradients; reshuffled minibatches (disjoint within a pass) have "
+                "correlated noise. Use reshuffle=False (the default with a noise estimate)."
+            )
+        return False
 
     def default_step(self) -> float:
         return self.default_step_size / math.sqrt(self.precond.curvature_range[1])
@@ -118,7 +133,7 @@ class SGHMC(SubsamplingStep):
             momentum = self.rng.standard_normal(z0.shape[0]) * self._momentum_scale()
             grad = state.grad if state is not None else self.grad_log_density(z0)
             state = SGHMCState(z0, momentum, grad)
-        noise_var = self._noise_var if self.noise_estimate == "running" else None
+        noise_var = None if self.noise_estimate == "zero" else self._noise_var
         new_state, info = self._kernel(
             state,
             self.grad_log_density,
