@@ -271,14 +271,6 @@ class MinibatchModel:
         return [self.theta, *anchor, *self.row_inputs, self._scale]
 
     @cached_property
-    def _estimate_fn(self):
-        """Minibatch estimate (prior + scale * sum_i l_i) and its gradient, for checks."""
-        return self._compile(
-            self._estimate_inputs(False),
-            [self._estimate_graph(False), self._estimate_grad_graph(False)],
-        )
-
-    @cached_property
     def _grad_fn(self):
         return self._compile(self._estimate_inputs(False), self._estimate_grad_graph(False))
 
@@ -360,8 +352,7 @@ class MinibatchModel:
         self, theta: np.ndarray, rows: list[np.ndarray]
     ) -> tuple[float, np.ndarray]:
         """Unbiased minibatch estimate of the log posterior (prior + (N/n) sum_i l_i), gradient."""
-        lp, g = self._estimate_fn(theta, *rows, np.array(self.n_rows / len(rows[0])))
-        return float(lp), g
+        return self.estimate_logp(theta, rows), self.estimate_grad(theta, rows)
 
     def estimate_grad(
         self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
