@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -70,8 +71,8 @@ class Config:
     ours_tune: int
     ours_draws: int
     chains: int
-    nuts_tune: dict[int, int]
-    nuts_draws: dict[int, int]
+    nuts_tune: int
+    nuts_draws: int
     is_samples: int
     is_df: float
     peer_steps: int
@@ -93,11 +94,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--seed", type=int, default=0, help="seed of data and samplers")
     parser.add_argument(
         "--nuts-tune", type=int, default=None,
-        help="NUTS tuning steps per chain (default: 500 for N <= 1e5, 300 above)",
+        help="NUTS tuning steps per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
         "--nuts-draws", type=int, default=None,
-        help="NUTS draws per chain (default: 500 for N <= 1e5, 300 above)",
+        help="NUTS draws per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
         "--is-samples", type=int, default=None,
@@ -115,12 +116,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     sizes = (20_000,) if args.quick else tuple(int(s) for s in args.sizes)
 
-    def nuts_len(n_rows: int, given: int | None) -> int:
+    def nuts_len(given: int | None) -> int:
         if given is not None:
             return given
-        if args.quick:
-            return 100
-        return 500 if n_rows <= 100_000 else 300
+        return 100 if args.quick else 300
 
     return Config(
         sizes=sizes,
@@ -129,8 +128,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         ours_tune=200 if args.quick else 1000,
         ours_draws=200 if args.quick else 1000,
         chains=2,
-        nuts_tune={n: nuts_len(n, args.nuts_tune) for n in sizes},
-        nuts_draws={n: nuts_len(n, args.nuts_draws) for n in sizes},
+        nuts_tune=nuts_len(args.nuts_tune),
+        nuts_draws=nuts_len(args.nuts_draws),
         is_samples=args.is_samples or (5000 if args.quick else 20_000),
         is_df=10.0,
         peer_steps=4000 if args.quick else 20_000,
@@ -383,6 +382,22 @@ def stat_total(idata, name: str) -> float:
     return total
 
 
+def divergences(idata) -> tuple[int, int]:
+    """Divergent transitions (during tuning, after tuning)."""
+    after = int(idata.sample_stats["diverging"].values.sum())
+    during = 0
+    if "warmup_sample_stats" in idata.children:
+        during = int(idata.warmup_sample_stats["diverging"].values.sum())
+    return during, after
+
+
+def divergence_note(during: int, after: int) -> str:
+    """Table note for divergent transitions (empty when there were none)."""
+    if not during and not after:
+        return ""
+    return f", divergent: {after} after tuning, {during} during"
+
+
 @contextlib.contextmanager
 def counting_rows(layer: pmb.MinibatchModel) -> Iterator[list[int]]:
     """Count the rows that full-data passes of ``layer`` read (wraps its row source)."""
@@ -466,19 +481,19 @@ def run_ours(
         res.passes = stat_total(idata, "rows_touched") / data.n_rows
         res.setup_passes = setup_passes
         score_draws(res, idata_draws(idata), ref, idata_min_ess(idata))
-        diverging = int(stat_total(idata, "diverging"))
+        div_tune, div_draws = divergences(idata)
         res.extra = {
             "map_s": map_s, "warmup_call_s": warm_s, "sample_call_s": call_s,
             "sampling_s": sampling_s, "step_size": step.step_size,
             "inner_steps": step.inner_steps, "batch_size": step.batch_size,
-            "diverging": diverging, "tune": config.ours_tune, "draws": config.ours_draws,
+            "diverging_tuning": div_tune, "diverging_draws": div_draws,
+            "tune": config.ours_tune, "draws": config.ours_draws,
             "chains": config.chains,
         }
         if "noise_clipped" in idata.sample_stats:
             res.extra["noise_clipped"] = int(stat_total(idata, "noise_clipped"))
-        res.notes = (
-            f"eps={step.step_size:.3g}, {step.inner_steps} steps/draw"
-            + (f", {diverging} divergent" if diverging else "")
+        res.notes = f"eps={step.step_size:.3g}, {step.inner_steps} steps/draw" + (
+            divergence_note(div_tune, div_draws)
         )
         results.append(res)
     return results
@@ -491,7 +506,7 @@ def run_nuts(data: Dataset, ref: Reference, config: Config) -> list[MethodResult
     Wall = ``pm.sample``'s own sampling time (tuning included, initialisation excluded);
     passes = leapfrog steps (``n_steps``, tuning included), one full-data gradient each.
     """
-    tune, draws = config.nuts_tune[data.n_rows], config.nuts_draws[data.n_rows]
+    tune, draws = config.nuts_tune, config.nuts_draws
     model = build_model(data)
     seed = config.seed + 37
     common = dict(
@@ -512,15 +527,16 @@ def run_nuts(data: Dataset, ref: Reference, config: Config) -> list[MethodResult
     res.wall_s = sampling_s
     res.passes = stat_total(idata, "n_steps")
     score_draws(res, idata_draws(idata), ref, idata_min_ess(idata))
-    diverging = int(stat_total(idata, "diverging"))
+    div_tune, div_draws = divergences(idata)
     mean_steps = float(idata.sample_stats["n_steps"].values.mean())
     res.extra = {
         "sample_call_s": call_s, "sampling_s": sampling_s, "tune": tune, "draws": draws,
-        "chains": config.chains, "mean_n_steps": mean_steps, "diverging": diverging,
+        "chains": config.chains, "mean_n_steps": mean_steps,
+        "diverging_tuning": div_tune, "diverging_draws": div_draws,
         "step_size": float(idata.sample_stats["step_size"].values.mean()),
     }
     res.notes = f"tune={tune}, draws={draws}, {mean_steps:.0f} steps/draw" + (
-        f", {diverging} divergent" if diverging else ""
+        divergence_note(div_tune, div_draws)
     )
     return [res]
 
@@ -540,6 +556,7 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
         import blackjax
         import jax
         import jax.numpy as jnp
+        from blackjax.sgmcmc import gradients
     except ImportError:
         print(f"  blackjax/jax not installed; to include them: {PEER_INSTALL_HINT}")
         return [
@@ -559,7 +576,6 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
         eta = x @ beta
         return yi * eta - jnp.logaddexp(0.0, eta)
 
-    gradients = blackjax.sgmcmc.gradients
     make_estimator = getattr(gradients, "grad_estimator", None) or gradients.estimator
     t0 = time.perf_counter()
     centre = jnp.asarray(ref.map_theta)
@@ -656,10 +672,7 @@ def run_hmcecs(data: Dataset, ref: Reference, config: Config) -> list[MethodResu
         print(f"  numpyro/jax not installed; to include HMCECS: {HMCECS_INSTALL_HINT}")
         return [MethodResult(method=name, status="not installed",
                              notes=f"`{HMCECS_INSTALL_HINT}`")]
-    try:
-        from numpyro.contrib.ecs_proxies import taylor_proxy
-    except ImportError:
-        taylor_proxy = HMCECS.taylor_proxy
+    taylor_proxy = HMCECS.taylor_proxy  # second-order Taylor proxy around the reference point
     jax.config.update("jax_enable_x64", True)
     n_rows, dim = data.X.shape
     X, y = jnp.asarray(data.X), jnp.asarray(data.y, dtype=jnp.float64)
@@ -748,12 +761,36 @@ def format_reference(n_rows: int, ref: Reference) -> str:
     )
 
 
+def git_revision() -> str:
+    """Commit of the checkout, with ``+dirty`` if pymc_bigdata/ has uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "pymc_bigdata"], cwd=root, capture_output=True,
+            text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+#: the revision of pymc_bigdata when this script imported it (the code that actually runs)
+REVISION_AT_IMPORT = git_revision()
+
+
 def environment() -> dict[str, str]:
     """Versions and machine facts recorded with the results."""
     import arviz
     import pytensor
 
+    now = git_revision()
     return {
+        "pymc_bigdata_commit": REVISION_AT_IMPORT,
+        "pymc_bigdata_commit_at_end": now,
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "pymc": pm.__version__,
@@ -775,9 +812,15 @@ def write_outputs(
         f"# pymc-bigdata benchmark ({stamp})",
         "",
         f"Logistic regression, d = {DIM}, equicorrelation {RHO}, seed {config.seed}; "
-        f"python {env['python']}, pymc {env['pymc']}, pytensor {env['pytensor']}, "
+        f"pymc_bigdata at {env['pymc_bigdata_commit']}; python {env['python']}, "
+        f"pymc {env['pymc']}, pytensor {env['pytensor']}, "
         f"{env['cpu_count']} CPUs.",
     ]
+    if env["pymc_bigdata_commit_at_end"] != env["pymc_bigdata_commit"]:
+        parts.append(
+            f"(The checkout moved to {env['pymc_bigdata_commit_at_end']} during the run; the "
+            "numbers are for the code imported at the start.)"
+        )
     for n_rows, ref, results in sections:
         parts += ["", f"## N = {n_rows:,}", "", format_reference(n_rows, ref), "",
                   format_table(results)]
@@ -786,8 +829,7 @@ def write_outputs(
     (RESULTS_DIR / f"{config.out_stem}.md").write_text(markdown)
     payload = {
         "created": stamp,
-        "config": {k: v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}
-                   for k, v in asdict(config).items()},
+        "config": asdict(config),
         "environment": env,
         "sizes": [
             {
