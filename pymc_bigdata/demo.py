@@ -18,12 +18,14 @@ import pymc as pm
 import pymc_bigdata as pmb
 
 
-def make_data(n_rows: int, n_coefs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def make_data(
+    n_rows: int, n_coefs: int, seed: int, coef_sd: float = 0.3
+) -> tuple[np.ndarray, np.ndarray]:
     """Correlated Gaussian features (equicorrelation 0.5) and Bernoulli-logit outcomes."""
     rng = np.random.default_rng(seed)
     corr = 0.5 * np.ones((n_coefs, n_coefs)) + 0.5 * np.eye(n_coefs)
     features = rng.standard_normal((n_rows, n_coefs)) @ np.linalg.cholesky(corr).T
-    true_beta = rng.normal(0.0, 0.3, size=n_coefs)
+    true_beta = rng.normal(0.0, coef_sd, size=n_coefs)
     outcome = rng.binomial(1, 1.0 / (1.0 + np.exp(-features @ true_beta)))
     return features, outcome
 

@@ -13,6 +13,7 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmb
+from pymc_bigdata.demo import make_data
 
 #: two-sided normal quantile for the per-coordinate checks: with fixed seeds a check is
 #: deterministic, and at 4.5 a correct sampler fails one coordinate with probability ~7e-6
@@ -90,13 +91,17 @@ def laplace_importance_reference(
 
 
 def logistic_data(n_rows: int, n_coefs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Correlated features (equicorrelation 0.5) and Bernoulli-logit outcomes."""
-    rng = np.random.default_rng(seed)
-    corr = 0.5 * np.ones((n_coefs, n_coefs)) + 0.5 * np.eye(n_coefs)
-    features = rng.standard_normal((n_rows, n_coefs)) @ np.linalg.cholesky(corr).T
-    beta = rng.normal(0.0, 0.5, size=n_coefs)
-    outcome = rng.binomial(1, 1.0 / (1.0 + np.exp(-features @ beta)))
-    return features, outcome
+    """Correlated features (equicorrelation 0.5) and Bernoulli-logit outcomes, beta ~ N(0, .5²)."""
+    return make_data(n_rows, n_coefs, seed, coef_sd=0.5)
+
+
+def sample_two_chains(model, step, seed: int):
+    """pm.sample with its defaults (1000 tune, 1000 draws), two sequential chains."""
+    with model:
+        return pm.sample(
+            step=step, chains=2, cores=1, random_seed=seed, progressbar=False,
+            compute_convergence_checks=False,
+        )
 
 
 @pytest.fixture(scope="session")

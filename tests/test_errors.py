@@ -314,7 +314,11 @@ def test_batch_size_not_an_integer(small, step):
         ("SGHMC", {"friction": 0}, r"friction must be a positive finite number, got 0"),
         ("SGHMC", {"friction": float("inf")}, r"friction must be a positive finite .*got inf"),
         ("SGHMC", {"integrator": "x"}, r"integrator must be 'baoab' or 'sghmc', got 'x'"),
-        ("SGHMC", {"noise_estimate": "x"}, r"noise_estimate must be 'zero', 'running' or 'fisher', got 'x'"),
+        (
+            "SGHMC",
+            {"noise_estimate": "x"},
+            r"noise_estimate must be 'zero', 'running' or 'fisher', got 'x'",
+        ),
         ("SGHMC", {"learning_rate": -0.1}, r"learning_rate must be a positive finite number"),
         (
             "SGHMC",

@@ -176,6 +176,11 @@ class SubsamplingStep(ArrayStepShared):
         model = pm.modelcontext(model)
         if mode is None and compile_kwargs:
             mode = compile_kwargs.get("mode")
+        if layer is not None and layer.model is not model:
+            raise ValueError(
+                "The layer= given was built on a different model; build it with "
+                "MinibatchModel(model) for this model, or leave layer out."
+            )
         self.layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
         n_rows = self.layer.n_rows
         check_batch_size(batch_size, n_rows)
@@ -199,7 +204,6 @@ class SubsamplingStep(ArrayStepShared):
         self.anchor: Anchor | None = self.layer.map_anchor() if self.control_variates else None
         self.step_size = self._check_step_size(step_size)
         self.inner_steps = self._check_inner_steps(inner_steps)
-        self._scale_rows = n_rows / self.batch_size
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = RowIndexSampler(

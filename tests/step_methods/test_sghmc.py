@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import check_posterior
+from conftest import check_posterior, sample_two_chains
 
 import pymc_bigdata as pmb
 
@@ -20,18 +20,6 @@ def noisy_normal():
         pm.Normal("y", mu, 1.0, observed=y)
     precision = 1 / 100 + len(y)
     return model, pmb.MinibatchModel(model), y.sum() / precision, 1 / np.sqrt(precision)
-
-
-def _sample(model, step, seed):
-    with model:
-        return pm.sample(
-            step=step,
-            chains=2,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
 
 
 def test_fisher_and_split_noise_estimates_agree(noisy_normal):
@@ -73,9 +61,9 @@ def test_bhat_correction_removes_noise_inflation(noisy_normal):
     ratio sqrt(1 + 0.045 / 0.095) = 1.21)."""
     model, layer, mean, sd = noisy_normal
     common = dict(model=model, layer=layer, control_variates=False, step_size=0.05, friction=1.0)
-    corrected = _sample(model, pmb.SGHMC(noise_estimate="fisher", **common), seed=2)
+    corrected = sample_two_chains(model, pmb.SGHMC(noise_estimate="fisher", **common), seed=2)
     check_posterior(corrected, "mu", np.array(mean), np.array(sd))
-    uncorrected = _sample(
+    uncorrected = sample_two_chains(
         model, pmb.SGHMC(noise_estimate="zero", reshuffle=False, **common), seed=2
     )
     assert float(uncorrected.posterior["mu"].std()) > 1.1 * sd
@@ -103,7 +91,7 @@ def test_eq15_integrator_with_learning_rate_and_alpha(noisy_normal):
         inner_steps=28,
     )
     assert step.step_size == pytest.approx(0.1) and step.friction == pytest.approx(1.0)
-    idata = _sample(model, step, seed=3)
+    idata = sample_two_chains(model, step, seed=3)
     check_posterior(idata, "mu", np.array(mean), np.array(sd), sd_bias_ratio=np.sqrt(1.025))
 
 

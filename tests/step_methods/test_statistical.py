@@ -14,7 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import check_posterior, laplace_importance_reference, logistic_data
+from conftest import (
+    check_posterior,
+    laplace_importance_reference,
+    logistic_data,
+    sample_two_chains,
+)
 
 import pymc_bigdata as pmb
 
@@ -22,18 +27,6 @@ SAMPLERS = {
     "sghmc": (pmb.SGHMC, 1.0),
     "sgld": (pmb.SGLD, 1.0 / np.sqrt(1.0 - pmb.SGLD.default_step_size / 4.0)),
 }
-
-
-def _sample(model, step, seed):
-    with model:
-        return pm.sample(
-            step=step,
-            chains=2,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +47,7 @@ def test_conjugate_normal_mean(name, conjugate_normal):
     """Normal mean with known variance: analytic posterior mean and sd."""
     model, layer, mean, sd = conjugate_normal
     cls, sd_bias = SAMPLERS[name]
-    idata = _sample(model, cls(model=model, layer=layer), seed=1)
+    idata = sample_two_chains(model, cls(model=model, layer=layer), seed=1)
     check_posterior(idata, "mu", np.array(mean), np.array(sd), sd_bias_ratio=sd_bias)
 
 
@@ -79,7 +72,7 @@ def test_linear_regression(name, linear_regression):
     """Bayesian linear regression with correlated covariates: analytic posterior."""
     model, layer, mean, sd = linear_regression
     cls, sd_bias = SAMPLERS[name]
-    idata = _sample(model, cls(model=model, layer=layer), seed=2)
+    idata = sample_two_chains(model, cls(model=model, layer=layer), seed=2)
     check_posterior(idata, "b", mean, sd, sd_bias_ratio=sd_bias)
 
 
@@ -116,7 +109,7 @@ def test_logistic_regression_100k(name, logistic_100k):
     """Logistic regression on 100,000 rows against a Laplace + importance-sampling reference."""
     model, layer, ref = logistic_100k
     cls, sd_bias = SAMPLERS[name]
-    idata = _sample(model, cls(model=model, layer=layer), seed=3)
+    idata = sample_two_chains(model, cls(model=model, layer=layer), seed=3)
     check_posterior(
         idata,
         "beta",
@@ -150,7 +143,7 @@ def test_two_observed_variables_sharing_rows():
         return gauss + logistic(c_)
 
     ref = laplace_importance_reference(log_post, laplace.theta, laplace.hessian, 8_000, seed=6)
-    idata = _sample(model, step, seed=4)
+    idata = sample_two_chains(model, step, seed=4)
     for name, sl in (("a", slice(0, 2)), ("c", slice(2, 4))):
         check_posterior(
             idata,
