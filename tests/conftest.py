@@ -99,7 +99,11 @@ def sample_two_chains(model, step, seed: int):
     """pm.sample with its defaults (1000 tune, 1000 draws), two sequential chains."""
     with model:
         return pm.sample(
-            step=step, chains=2, cores=1, random_seed=seed, progressbar=False,
+            step=step,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
             compute_convergence_checks=False,
         )
 
