@@ -153,3 +153,13 @@ def test_inner_steps_control_rows_per_draw(small_logistic):
     with model:
         idata = pm.sample(step=step, chains=1, random_seed=9, **SAMPLE_KW)
     assert (idata.sample_stats["rows_touched"].values == 3 * 500).all()
+
+
+def test_layer_from_another_model_is_refused(small_logistic):
+    """A layer compiled for one model cannot drive a step on another (clear error, no MAP)."""
+    _, layer = small_logistic
+    with pm.Model() as other:
+        pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Normal("y", 0.0, 1.0, observed=np.zeros(10))
+    with pytest.raises(ValueError, match="different model"):
+        pmb.SGHMC(model=other, layer=layer)
