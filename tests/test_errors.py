@@ -380,3 +380,18 @@ def test_invalid_settings_rejected_before_the_map_search(data, kwargs):
     layer.map_estimate = no_map_search
     with pytest.raises(ValueError, match="must be a positive"):
         pmb.SGLD(model=layer.model, layer=layer, batch_size=50, **kwargs)
+
+
+def test_likelihood_using_data_across_rows_is_refused():
+    """A covariate centred inside the model (x - mean(x)) makes each row's term depend on
+    the other rows: the factorisation check refuses it before any sampling."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=200)
+    y = 2.0 * (x - x.mean()) + rng.normal(size=200)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0)
+        x_data = pm.Data("x", x)
+        pm.Normal("y", b * (x_data - x_data.mean()), 1.0, observed=y)
+    layer = pmb.MinibatchModel(model)
+    with pytest.raises(pmb.ModelNotSupportedError, match="does not factor over rows.*before"):
+        layer.map_estimate()
