@@ -163,3 +163,27 @@ def test_layer_from_another_model_is_refused(small_logistic):
         pm.Normal("y", 0.0, 1.0, observed=np.zeros(10))
     with pytest.raises(ValueError, match="different model"):
         pmb.SGHMC(model=other, layer=layer)
+
+
+def test_keyboard_interrupt_keeps_the_draws_so_far(small_logistic):
+    """An interrupt mid-sampling returns the draws made so far (PyMC's behaviour is kept)."""
+    model, _ = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+
+    def interrupt(trace, draw):
+        if draw.draw_idx == 30:
+            raise KeyboardInterrupt
+
+    with model:
+        idata = pm.sample(
+            step=step,
+            chains=1,
+            tune=20,
+            draws=50,
+            callback=interrupt,
+            random_seed=10,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert 0 < idata.posterior.sizes["draw"] < 50
+    assert np.isfinite(idata.posterior["beta"].values).all()
