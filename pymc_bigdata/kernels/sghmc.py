@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-__all__ = ["SGHMCInfo", "SGHMCState", "baoab_steps", "sghmc_steps"]
+__all__ = ["SGHMCInfo", "SGHMCState", "baoab_noise_weight", "baoab_steps", "sghmc_steps"]
 
 
 class SGHMCState(NamedTuple):
