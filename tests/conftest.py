@@ -108,13 +108,18 @@ def sample_two_chains(model, step, seed: int):
         )
 
 
-@pytest.fixture(scope="session")
-def small_logistic():
-    """A 5,000-row, 3-coefficient logistic regression and its shared layer."""
-    features, outcome = logistic_data(5_000, 3, seed=11)
+def logistic_model(features: np.ndarray, outcome: np.ndarray):
+    """beta ~ N(0, 1), y ~ Bernoulli(logit_p = X beta); returns the model and its layer with
+    the MAP computed."""
     with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=features.shape[1])
         pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
     layer = pmb.MinibatchModel(model)
     layer.map_estimate()
     return model, layer
+
+
+@pytest.fixture(scope="session")
+def small_logistic():
+    """A 5,000-row, 3-coefficient logistic regression and its shared layer."""
+    return logistic_model(*logistic_data(5_000, 3, seed=11))

@@ -19,6 +19,7 @@ from conftest import (
     check_posterior,
     laplace_importance_reference,
     logistic_data,
+    logistic_model,
     sample_two_chains,
 )
 
@@ -94,10 +95,7 @@ def logistic_100k():
     """Logistic regression, N = 100,000, 5 correlated covariates; reference = Laplace fit
     refined by importance sampling (exact up to its own, accounted, Monte Carlo error)."""
     x, y = logistic_data(100_000, 5, seed=23)
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 1.0, shape=5)
-        pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-    layer = pmb.MinibatchModel(model)
+    model, layer = logistic_model(x, y)
     laplace = layer.map_estimate()
     ref = laplace_importance_reference(
         _logistic_log_post(x, y, 1.0), laplace.theta, laplace.hessian, 8_000, seed=5
@@ -161,10 +159,7 @@ def test_two_observed_variables_sharing_rows():
 def logistic_d30():
     """The benchmark's shape at a test's size: N = 100,000, d = 30, equicorrelation 0.5."""
     x, y = make_data(100_000, 30, seed=26)
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 1.0, shape=30)
-        pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-    layer = pmb.MinibatchModel(model)
+    model, layer = logistic_model(x, y)
     laplace = layer.map_estimate()
     ref = laplace_importance_reference(
         _logistic_log_post(x, y, 1.0), laplace.theta, laplace.hessian, 4_000, seed=7
