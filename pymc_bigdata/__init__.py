@@ -1,6 +1,12 @@
 """pymc-bigdata: subsampling MCMC step methods for PyMC models with many rows."""
 
-from pymc_bigdata.errors import DivergenceWarning, ModelNotSupportedError
+from pymc_bigdata.errors import (
+    BiasWarning,
+    DivergenceWarning,
+    ModelNotSupportedError,
+    ModeWarning,
+    StaleDataError,
+)
 from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import RowIndexSampler, RowSource
@@ -12,7 +18,10 @@ __all__ = [
     "SGHMC",
     "SGLD",
     "SubsamplingStep",
+    "BiasWarning",
     "DivergenceWarning",
+    "ModeWarning",
+    "StaleDataError",
     "MapResult",
     "MinibatchModel",
     "ModelNotSupportedError",

@@ -1,6 +1,12 @@
 """Exceptions and warnings raised by pymc-bigdata."""
 
-__all__ = ["DivergenceWarning", "ModelNotSupportedError"]
+__all__ = [
+    "BiasWarning",
+    "DivergenceWarning",
+    "ModeWarning",
+    "ModelNotSupportedError",
+    "StaleDataError",
+]
 
 
 class ModelNotSupportedError(ValueError):
@@ -9,3 +15,15 @@ class ModelNotSupportedError(ValueError):
 
 class DivergenceWarning(RuntimeWarning):
     """A sampler met a non-finite gradient or log density and rejected the transition."""
+
+
+class ModeWarning(RuntimeWarning):
+    """The MAP search found no usable mode; the step anchors where tuning finds the bulk."""
+
+
+class BiasWarning(RuntimeWarning):
+    """A chain's own statistics show it off its target (heated dynamics, noisy gradients)."""
+
+
+class StaleDataError(ValueError):
+    """The model's data changed after the step (or its layer) read it."""

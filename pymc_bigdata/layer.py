@@ -22,6 +22,7 @@ lazily, once per layer, and shared by every sampler built on it.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
@@ -53,6 +54,22 @@ __all__ = ["MapResult", "MinibatchModel"]
 #: rows per chunk in full-data passes (keeps memory bounded; ~2 MB per float array column)
 DEFAULT_CHUNK_ROWS = 65_536
 
+#: up to this many parameters the full-data Hessian is computed densely (memory d^2 doubles,
+#: time ~ N d forward passes); beyond, only a stochastic estimate of its diagonal
+DENSE_HESSIAN_MAX_DIM = 2_000
+
+#: rows x basis directions per block when the Hessian is computed by batched HVPs (~32 MB)
+HESSIAN_BLOCK_ELEMENTS = 2**22
+
+#: Rademacher probes for the Hessian diagonal when d > DENSE_HESSIAN_MAX_DIM
+DIAGONAL_PROBES = 32
+
+#: a MAP whose Newton decrement exceeds this (log-density units) is not a mode
+MAP_DECREMENT_TOLERANCE = 1e-3
+
+#: smallest eigenvalue of the Laplace precision relative to its largest for a usable mode
+MIN_RELATIVE_CURVATURE = 1e-12
+
 
 @dataclass(frozen=True)
 class MapResult:
@@ -68,10 +85,19 @@ class MapResult:
         Full-data gradient of the summed log-likelihood at ``theta`` (the control-variate anchor).
     loglik : float
         Full-data summed log-likelihood at ``theta``.
-    hessian : ndarray, shape (d, d)
-        Negative Hessian of the log posterior at ``theta`` (the Laplace precision).
+    hessian : ndarray, shape (d, d) or (d,)
+        Negative Hessian of the log posterior at ``theta`` (the Laplace precision); only its
+        diagonal (shape (d,), a stochastic estimate) when ``d > DENSE_HESSIAN_MAX_DIM``.
     n_evaluations : int
         Full-data passes the optimiser made.
+    loglik_hessian : ndarray, shape (d, d), or None
+        Full-data Hessian of the summed log-likelihood at ``theta`` (the second-order control
+        variates' curvature); None when ``d > DENSE_HESSIAN_MAX_DIM``.
+    newton_decrement : float
+        ``g^T H^{-1} g`` at ``theta`` (twice the log-density gap to the quadratic model's
+        mode); near 0 at a mode, ``inf`` when ``H`` is not positive definite.
+    min_curvature : float
+        Smallest eigenvalue of ``H`` relative to its largest (diagonal: smallest entry ratio).
     """
 
     theta: np.ndarray
@@ -80,6 +106,38 @@ class MapResult:
     loglik: float
     hessian: np.ndarray
     n_evaluations: int
+    loglik_hessian: np.ndarray | None = None
+    newton_decrement: float = 0.0
+    min_curvature: float = 1.0
+
+    @property
+    def dense(self) -> bool:
+        """Whether :attr:`hessian` is the dense matrix (not only its diagonal)."""
+        return self.hessian.ndim == 2
+
+    @property
+    def problem(self) -> str | None:
+        """Why this point is not a usable mode for a Laplace fit, or None if it is.
+
+        A mode needs a positive definite curvature and a vanishing Newton step: the search
+        stopped at most ``MAP_DECREMENT_TOLERANCE`` (in log density) from the quadratic
+        model's maximum.  A centred hierarchical model whose density grows without bound as a
+        scale parameter goes to 0 fails the first or the second test.
+        """
+        if not np.isfinite(self.logp):
+            return "the log posterior is not finite there"
+        if not self.min_curvature > MIN_RELATIVE_CURVATURE:
+            return (
+                "the log posterior's Hessian is not negative definite there (relative "
+                f"smallest curvature {self.min_curvature:.3g})"
+            )
+        if not self.newton_decrement <= MAP_DECREMENT_TOLERANCE:
+            return (
+                "the search did not reach a stationary point (Newton decrement "
+                f"{self.newton_decrement:.3g}): the density may grow without bound towards a "
+                "boundary, e.g. a scale parameter going to 0 in a centred hierarchical model"
+            )
+        return None
 
 
 class MinibatchModel:
@@ -151,6 +209,9 @@ class MinibatchModel:
         input_of = dict(zip(row_vars, row_inputs))
         data_to_rows = {var: input_of[canon] for var, canon in canonical.items()}
         arrays = [_data_value(v) for v in row_vars]
+        self._data_snapshot = [
+            (v, _data_value(v)) for v in _data_vars(model) if isinstance(v, TensorSharedVariable)
+        ]
         self.rows = RowSource(arrays, row_names)
         _check_finite_rows(self.rows)
         self.row_inputs = row_inputs
@@ -287,6 +348,35 @@ class MinibatchModel:
         return self._compile(self._estimate_inputs(True), self._estimate_graph(True))
 
     @cached_property
+    def _logp_grad_est_fn(self):
+        outputs = [self._estimate_graph(False), self._estimate_grad_graph(False)]
+        return self._compile(self._estimate_inputs(False), outputs)
+
+    @cached_property
+    def _cv_logp_grad_fn(self):
+        outputs = [self._estimate_graph(True), self._estimate_grad_graph(True)]
+        return self._compile(self._estimate_inputs(True), outputs)
+
+    @cached_property
+    def _curvature_point(self) -> pt.TensorVariable:
+        return pt.vector("theta_curvature", dtype="float64")
+
+    @cached_property
+    def _cv2_parts_fn(self):
+        """First-order CV value and gradient, and ``scale * sum_i H_i(theta_h) (theta - theta*)``
+        on the same rows (the minibatch part of the second-order correction)."""
+        at_h = clone_replace(self.row_logp_graph, {self.theta: self._curvature_point})
+        grad_at_h = grad(at_h.sum(), self._curvature_point)
+        hvp = pushforward(grad_at_h, self._curvature_point, self.theta - self.anchor)
+        outputs = [
+            self._estimate_graph(True),
+            self._estimate_grad_graph(True),
+            self._scale * hvp,
+        ]
+        inputs = [self.theta, self.anchor, self._curvature_point, *self.row_inputs, self._scale]
+        return self._compile(inputs, outputs)
+
+    @cached_property
     def _row_logp_fn(self):
         return self._compile([self.theta, *self.row_inputs], self.row_logp_graph)
 
@@ -349,10 +439,37 @@ class MinibatchModel:
         return float(lp), g
 
     def estimate_logp_grad(
-        self, theta: np.ndarray, rows: list[np.ndarray]
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
     ) -> tuple[float, np.ndarray]:
-        """Unbiased minibatch estimate of the log posterior (prior + (N/n) sum_i l_i), gradient."""
-        return self.estimate_logp(theta, rows), self.estimate_grad(theta, rows)
+        """:meth:`estimate_logp` and :meth:`estimate_grad` from one compiled call."""
+        scale = np.array(self.n_rows / len(rows[0]))
+        if anchor is None:
+            lp, g = self._logp_grad_est_fn(theta, *rows, scale)
+            return float(lp), g
+        lp, g = self._cv_logp_grad_fn(theta, anchor.theta, *rows, scale)
+        return float(lp) + anchor.loglik, g + anchor.loglik_grad
+
+    def estimate_second_order_parts(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """First-order control-variate estimates and the second-order correction's pieces.
+
+        Returns ``(logp, grad_first, row_curvature)``: ``grad_first`` is the first-order
+        estimate :meth:`estimate_grad` with ``anchor``, and ``row_curvature`` is
+        ``(N/n) sum_i H_i(theta_h) (theta - theta*)`` over the given rows, where ``H_i`` is
+        row i's log-likelihood Hessian at the anchor's curvature point ``theta_h``.  The
+        second-order (Taylor) estimate is
+        ``grad_first - row_curvature + anchor.loglik_hessian @ (theta - theta*)``
+        (:meth:`Anchor.second_order`): unbiased for any ``theta_h``, and exact (no noise at
+        all) when every row's log-likelihood is quadratic, as in a Gaussian linear model.
+        """
+        if anchor.loglik_hessian is None:
+            raise ValueError("This anchor has no curvature (loglik_hessian) for second order.")
+        scale = np.array(self.n_rows / len(rows[0]))
+        lp, g, row_curvature = self._cv2_parts_fn(
+            theta, anchor.theta, anchor.curvature_point, *rows, scale
+        )
+        return float(lp) + anchor.loglik, g + anchor.loglik_grad, row_curvature
 
     def estimate_grad(
         self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
@@ -430,11 +547,36 @@ class MinibatchModel:
         return out
 
     def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
-        """Full-data dense Hessian of the summed log-likelihood (chunked)."""
+        """Full-data dense Hessian of the summed log-likelihood.
+
+        Computed by batched Hessian-vector products over the d basis directions, in row
+        chunks of at most ``HESSIAN_BLOCK_ELEMENTS / d`` rows so the intermediate arrays stay
+        near 32 MB whatever d is (time ~ N d forward passes).
+        """
         out = np.zeros((self.dim, self.dim))
-        for rows in self.rows.chunks(self.chunk_rows):
+        for rows in self.rows.chunks(self._hessian_chunk_rows()):
             out += self.loglik_hessian(theta, rows)
         return out
+
+    def _hessian_chunk_rows(self) -> int:
+        return int(max(256, min(self.chunk_rows, HESSIAN_BLOCK_ELEMENTS // max(self.dim, 1))))
+
+    def full_loglik_hessian_diagonal(
+        self, theta: np.ndarray, n_probes: int = DIAGONAL_PROBES, seed: int = 0
+    ) -> np.ndarray:
+        """Hutchinson estimate of the diagonal of the full-data log-likelihood Hessian.
+
+        ``mean_k v_k * (H v_k)`` over Rademacher probes ``v_k``: ``n_probes`` full-data HVP
+        passes and O(d) memory, for models too large for :meth:`full_loglik_hessian`.  Its
+        error in entry j is ``sqrt(sum_{k != j} H_jk^2 / n_probes)``; it serves as a starting
+        preconditioner that tuning refines from the chain's draws.
+        """
+        rng = np.random.default_rng(seed)
+        total = np.zeros(self.dim)
+        for _ in range(n_probes):
+            probe = rng.choice(np.array([-1.0, 1.0]), size=self.dim)
+            total += probe * self.full_loglik_hvp(theta, probe)
+        return total / n_probes
 
     def find_map(self, start: np.ndarray | None = None, maxiter: int = 500) -> MapResult:
         """Maximise the full-data log posterior.
@@ -442,11 +584,15 @@ class MinibatchModel:
         1. Quasi-Newton (L-BFGS) on a fixed random subsample of at most ``chunk_rows`` rows,
            scaled by N/n (all rows when N is small): cheap, and lands within a few posterior
            standard deviations of the mode.
-        2. Newton steps on the full data (chunked gradients) with the subsample's Hessian,
-           halving a step that does not increase the log posterior, until the Newton
-           decrement ``g^T H^{-1} g`` is below 1e-12 (converges linearly at the rate of the
-           Hessian's relative error, ~1/sqrt(n)).
-        3. The exact full-data Hessian at the mode (the Laplace precision).
+        2. Up to ``DENSE_HESSIAN_MAX_DIM`` parameters: Newton steps on the full data
+           (chunked gradients) with the subsample's Hessian, halving a step that does not
+           increase the log posterior, until the Newton decrement ``g^T H^{-1} g`` is below
+           1e-12; then the exact full-data Hessian at the mode (the Laplace precision).
+           Beyond: L-BFGS on the full data, and a Hutchinson estimate of the Hessian's
+           diagonal (no d x d matrix anywhere).
+        3. Diagnostics (:attr:`MapResult.problem`): the Newton decrement at the end and the
+           relative smallest curvature, so a caller can tell a mode from a point where the
+           search gave up (an improper direction, a density unbounded at a boundary).
 
         Returns
         -------
@@ -461,43 +607,60 @@ class MinibatchModel:
             if n_sub < self.n_rows
             else next(self.rows.chunks(self.n_rows))
         )
-        scale = self.n_rows / n_sub
-
-        def negative_sub(theta):
-            lp, g = self.loglik_grad(theta, sub_rows)
-            plp, pg = self.prior_logp_grad(theta)
-            total, g = plp + scale * lp, pg + scale * g
-            if not np.isfinite(total) or not np.all(np.isfinite(g)):
-                return np.inf, np.zeros_like(theta)
-            return -total, -g
-
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore", RuntimeWarning)
-            theta = scipy.optimize.minimize(
-                negative_sub,
-                theta,
-                jac=True,
-                method="L-BFGS-B",
-                options={"maxiter": maxiter, "gtol": 1e-9 * self.n_rows},
-            ).x
-        precision = -(scale * self.loglik_hessian(theta, sub_rows) + self.prior_hessian(theta))
-        precision = 0.5 * (precision + precision.T)
-        theta, n_eval = self._newton(theta, precision)
+        theta = _lbfgs(self._scaled_negative_logp(sub_rows), theta, maxiter, self.n_rows)
+        if self.dim <= DENSE_HESSIAN_MAX_DIM:
+            scale = self.n_rows / n_sub
+            hess = scale * self._chunked_hessian(theta, sub_rows) + self.prior_hessian(theta)
+            theta, n_eval = self._newton(theta, -0.5 * (hess + hess.T))
+        else:
+            theta = _lbfgs(self._full_negative_logp, theta, maxiter, self.n_rows)
+            n_eval = maxiter  # an upper bound: scipy does not report it through _lbfgs
         loglik, loglik_grad = self.full_loglik_grad(theta)
-        lp = loglik + self.prior_logp_grad(theta)[0]
-        if not np.isfinite(lp):
-            raise FloatingPointError(
-                "The MAP search ended at a point with non-finite log posterior; "
-                "check the model and its initial values."
-            )
+        prior_lp, prior_grad = self.prior_logp_grad(theta)
+        lp, grad_lp = loglik + prior_lp, loglik_grad + prior_grad
+        if self.dim <= DENSE_HESSIAN_MAX_DIM:
+            loglik_hess = self.full_loglik_hessian(theta)
+            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+            precision = -(loglik_hess + self.prior_hessian(theta))
+            precision = 0.5 * (precision + precision.T)
+            decrement, min_curv = _dense_diagnostics(precision, grad_lp)
+        else:
+            loglik_hess = None
+            prior_diag = np.diag(self.prior_hessian(theta)) if self.dim <= 20_000 else 0.0
+            precision = -(self.full_loglik_hessian_diagonal(theta) + prior_diag)
+            decrement, min_curv = _diagonal_diagnostics(precision, grad_lp)
         return MapResult(
             theta=theta,
             logp=lp,
             loglik_grad=loglik_grad,
             loglik=loglik,
-            hessian=self._neg_hessian(theta),
+            hessian=precision,
             n_evaluations=n_eval + 2,
+            loglik_hessian=loglik_hess,
+            newton_decrement=decrement,
+            min_curvature=min_curv,
         )
+
+    def _scaled_negative_logp(self, rows: list[np.ndarray]):
+        scale = self.n_rows / len(rows[0])
+
+        def negative(theta):
+            lp, g = self.loglik_grad(theta, rows)
+            plp, pg = self.prior_logp_grad(theta)
+            return -(plp + scale * lp), -(pg + scale * g)
+
+        return negative
+
+    def _full_negative_logp(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        lp, g = self.full_logp_grad(theta)
+        return -lp, -g
+
+    def _chunked_hessian(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros((self.dim, self.dim))
+        step = self._hessian_chunk_rows()
+        for start in range(0, len(rows[0]), step):
+            out += self.loglik_hessian(theta, [r[start : start + step] for r in rows])
+        return out
 
     def _newton(
         self, theta: np.ndarray, precision: np.ndarray, max_iter: int = 50
@@ -579,9 +742,42 @@ class MinibatchModel:
             )
 
     def map_anchor(self) -> Anchor:
-        """The control-variate anchor at the (cached) MAP."""
+        """The control-variate anchor at the (cached) MAP, with its curvature when dense."""
         m = self.map_estimate()
-        return Anchor(theta=m.theta, loglik=m.loglik, loglik_grad=m.loglik_grad)
+        return Anchor(
+            theta=m.theta,
+            loglik=m.loglik,
+            loglik_grad=m.loglik_grad,
+            curvature_point=m.theta if m.loglik_hessian is not None else None,
+            loglik_hessian=m.loglik_hessian,
+        )
+
+    def anchor_at(self, theta: np.ndarray, curvature_from: Anchor | None = None) -> Anchor:
+        """A control-variate anchor at ``theta`` (one full-data gradient pass).
+
+        The second-order curvature (point and Hessian) is carried over from
+        ``curvature_from``: the correction stays unbiased with a Hessian taken elsewhere, so
+        re-centring costs one gradient pass, not a Hessian.
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        loglik, loglik_grad = self.full_loglik_grad(theta)
+        point = hess = None
+        if curvature_from is not None and curvature_from.loglik_hessian is not None:
+            point, hess = curvature_from.curvature_point, curvature_from.loglik_hessian
+        return Anchor(theta, loglik, loglik_grad, point, hess)
+
+    def data_is_current(self) -> bool:
+        """False when ``pm.set_data`` (or ``set_value``) replaced a row array since the
+        layer read it: the layer's rows, N and anchors would then be stale."""
+        for var, array in self._data_snapshot:
+            current = _data_value(var)
+            if current is array:
+                continue  # the usual case: same buffer, nothing to compare
+            if current.shape != array.shape or current.dtype != array.dtype:
+                return False
+            if not np.array_equal(current, array, equal_nan=True):  # e.g. after unpickling
+                return False
+        return True
 
     def _neg_hessian(self, theta: np.ndarray) -> np.ndarray:
         hess = self.full_loglik_hessian(theta) + self.prior_hessian(theta)
@@ -603,11 +799,67 @@ class MinibatchModel:
 
 @dataclass(frozen=True)
 class Anchor:
-    """The control-variate anchor theta* and the full-data quantities there."""
+    """The control-variate anchor theta* and the full-data quantities there.
+
+    ``curvature_point`` and ``loglik_hessian`` (the full-data log-likelihood Hessian there)
+    enable second-order control variates; both None for first order only.
+    """
 
     theta: np.ndarray
     loglik: float
     loglik_grad: np.ndarray
+    curvature_point: np.ndarray | None = None
+    loglik_hessian: np.ndarray | None = None
+
+    def second_order(
+        self, theta: np.ndarray, grad_first: np.ndarray, row_curvature: np.ndarray
+    ) -> np.ndarray:
+        """The second-order estimate from :meth:`MinibatchModel.estimate_second_order_parts`."""
+        return grad_first - row_curvature + self.loglik_hessian @ (theta - self.theta)
+
+
+def _lbfgs(negative_logp, theta: np.ndarray, maxiter: int, n_rows: int) -> np.ndarray:
+    """L-BFGS-B on ``negative_logp(theta) -> (value, grad)``; non-finite values are walls."""
+
+    def guarded(x):
+        value, g = negative_logp(x)
+        if not np.isfinite(value) or not np.all(np.isfinite(g)):
+            return np.inf, np.zeros_like(x)
+        return value, g
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return scipy.optimize.minimize(
+            guarded,
+            theta,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": maxiter, "gtol": 1e-9 * n_rows},
+        ).x
+
+
+def _dense_diagnostics(precision: np.ndarray, grad_lp: np.ndarray) -> tuple[float, float]:
+    """Newton decrement ``g^T P^{-1} g`` and relative smallest eigenvalue of ``P``."""
+    eig = np.linalg.eigvalsh(precision)
+    if not np.all(np.isfinite(eig)) or eig[-1] <= 0:
+        return math.inf, -math.inf
+    min_curvature = float(eig[0] / eig[-1])
+    if min_curvature <= MIN_RELATIVE_CURVATURE:
+        return math.inf, min_curvature
+    try:
+        factor = scipy.linalg.cho_factor(precision)
+    except np.linalg.LinAlgError:
+        return math.inf, min_curvature
+    return float(grad_lp @ scipy.linalg.cho_solve(factor, grad_lp)), min_curvature
+
+
+def _diagonal_diagnostics(precision_diag: np.ndarray, grad_lp: np.ndarray) -> tuple[float, float]:
+    if not np.all(np.isfinite(precision_diag)) or precision_diag.max() <= 0:
+        return math.inf, -math.inf
+    min_curvature = float(precision_diag.min() / precision_diag.max())
+    if min_curvature <= MIN_RELATIVE_CURVATURE:
+        return math.inf, min_curvature
+    return float(np.sum(grad_lp**2 / precision_diag)), min_curvature
 
 
 # ---------------------------------------------------------------------- model checks
@@ -669,6 +921,17 @@ def _minibatch_replacements(graph: Variable) -> dict[Variable, Variable]:
             for i, o in enumerate(var.owner.outputs[:-1]):
                 out[o] = var.owner.inputs[i]
     return out
+
+
+def _data_vars(model: pm.Model) -> list[Variable]:
+    """Every shared data container of the model (``pm.Data`` and observed shared values)."""
+    found = list(model.data_vars)
+    graphs = [rv.owner.inputs[i] for rv in model.observed_RVs for i in range(len(rv.owner.inputs))]
+    graphs += [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    for var in ancestors(graphs):
+        if isinstance(var, TensorSharedVariable) and var not in found:
+            found.append(var)
+    return found
 
 
 def _data_value(var: Variable) -> np.ndarray:

@@ -1,9 +1,18 @@
 """Base class of the subsampling step methods: the PyMC plumbing every sampler shares.
 
-A subclass fills :meth:`SubsamplingStep._transitions` (run the kernel for one recorded
-draw) and declares its defaults; the base ravels points, draws minibatches, maps between
-the model's coordinates ``theta`` and the preconditioned coordinates ``z`` of the kernels
-(``theta = theta* + L z``), catches non-finite values and emits the common statistics.
+A subclass fills :meth:`SubsamplingStep._transitions` (run the kernel for one recorded draw),
+states its defaults and :meth:`SubsamplingStep.noise_share`; the base does the rest:
+
+* ravels points, draws minibatches and maps between the model's coordinates ``theta`` and the
+  kernels' preconditioned coordinates ``z`` (``theta = c + L z``);
+* the gradient oracle: first- or second-order control variates around an anchor;
+* tuning (:mod:`pymc_bigdata.adaptation`): each chain starts from a draw of the Laplace fit,
+  re-estimates ``L`` from its own draws and re-centres the anchor in windows, measures the
+  gradient noise and sets the step size from it; everything is frozen at ``stop_tuning``;
+* the fallback when the MAP is not a usable mode;
+* divergences (non-finite values, a log-density estimate that falls by more than
+  ``LOGP_DROP_DIVERGENCE``) and the end-of-chain bias alarms (:mod:`.diagnostics`);
+* the common statistics.
 """
 
 from __future__ import annotations
@@ -16,94 +25,42 @@ from typing import Any, ClassVar
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
+from pymc.logprob.utils import ParameterValueError
+from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
-from pymc_bigdata.errors import DivergenceWarning
+from pymc_bigdata.adaptation import (
+    LAPLACE_PRIOR_DRAWS,
+    NOISE_SHARE_BOUND,
+    RunningMoments,
+    blend_covariance,
+    largest_step_within_noise_bound,
+    window_ends,
+)
+from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import RowIndexSampler, check_batch_size
+from pymc_bigdata.step_methods.diagnostics import ChainMonitor
+from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
 #: above this many parameters the preconditioner is diagonal rather than dense
 DENSE_PRECONDITIONER_MAX_DIM = 200
 
-#: weight of the newest draw in the running gradient-noise estimate
-NOISE_EMA_WEIGHT = 0.05
+#: a draw whose log-density estimate falls by more than this is a divergence (NUTS: 1000)
+LOGP_DROP_DIVERGENCE = 1000.0
 
+#: after tuning, the gradient noise is measured on one transition every this many draws
+MEASURE_EVERY = 10
 
-class Preconditioner:
-    """The map ``theta = theta* + L z`` and the curvature of the posterior in ``z``.
+#: most transitions per draw the automatic rule may choose (noise-limited step sizes)
+MAX_INNER_STEPS = 100
 
-    Parameters
-    ----------
-    center
-        ``theta*`` (the MAP).
-    precision
-        Negative Hessian of the log posterior at ``theta*`` (the Laplace precision).
-    kind
-        ``"dense"``: ``L`` = a Cholesky square root of the Laplace covariance (z is white);
-        ``"diag"``: ``L`` = the Laplace marginal standard deviations; ``"identity"``: ``L = I``.
-    """
-
-    def __init__(self, center: np.ndarray, precision: np.ndarray, kind: str):
-        self.center = np.asarray(center, dtype=np.float64)
-        self.kind = kind
-        precision = _positive_definite(precision)
-        d = len(center)
-        if kind == "dense":
-            upper_chol = np.linalg.cholesky(precision)  # precision = U U^T, U lower
-            self.to_z = upper_chol.T  # z = U^T (theta - theta*)
-            self.matrix = np.linalg.inv(self.to_z)  # L = U^{-T}
-        elif kind == "diag":
-            sd = np.sqrt(np.diag(np.linalg.inv(precision)))
-            self.matrix, self.to_z = np.diag(sd), np.diag(1.0 / sd)
-        elif kind == "identity":
-            self.matrix, self.to_z = np.eye(d), np.eye(d)
-        else:
-            raise ValueError(
-                f"preconditioner must be 'auto', 'dense', 'diag' or 'identity', got {kind!r}."
-            )
-        curvature = self.matrix.T @ precision @ self.matrix
-        eig = np.linalg.eigvalsh(0.5 * (curvature + curvature.T))
-        #: extreme eigenvalues of the curvature in z coordinates (both 1 for "dense")
-        self.curvature_range = (float(eig[0]), float(eig[-1]))
-        self._diagonal = kind != "dense"
-        self._scale = np.diag(self.matrix).copy()
-
-    def theta(self, z: np.ndarray) -> np.ndarray:
-        """``theta* + L z``."""
-        if self._diagonal:
-            return self.center + self._scale * z
-        return self.center + self.matrix @ z
-
-    def z(self, theta: np.ndarray) -> np.ndarray:
-        """``L^{-1} (theta - theta*)``."""
-        if self._diagonal:
-            return (theta - self.center) / self._scale
-        return self.to_z @ (theta - self.center)
-
-    def grad_z(self, grad_theta: np.ndarray) -> np.ndarray:
-        """Chain rule: ``L^T grad_theta``."""
-        if self._diagonal:
-            return self._scale * grad_theta
-        return self.matrix.T @ grad_theta
-
-
-def _positive_definite(precision: np.ndarray) -> np.ndarray:
-    sym = 0.5 * (precision + precision.T)
-    eigval, eigvec = np.linalg.eigh(sym)
-    if eigval[0] > 1e-10 * max(eigval[-1], 1e-300):
-        return sym
-    warnings.warn(
-        "The log posterior's Hessian at the MAP is not negative definite (the MAP search may "
-        "have stopped early or the posterior is improper in some direction); its eigenvalues "
-        "were raised to a floor to build the preconditioner.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-    floor = max(1e-6 * abs(eigval[-1]), 1e-8)
-    return (eigvec * np.maximum(eigval, floor)) @ eigvec.T
+#: second order is chosen when its worst noise variance is below this fraction of first
+#: order's and first order's would limit the step size
+SECOND_ORDER_GAIN = 0.5
 
 
 class SubsamplingStep(ArrayStepShared):
@@ -116,22 +73,32 @@ class SubsamplingStep(ArrayStepShared):
     model
         PyMC model (default: the one in context).
     batch_size
-        Rows per minibatch ``n`` (``1 <= n <= N``).
+        Rows per minibatch ``n`` (``1 <= n <= N``); default ``min(1000, N)``.
     step_size
-        Step size in the preconditioned coordinates; default from the curvature at the MAP.
+        Step size in the preconditioned coordinates; default: adapted in tuning (the kernel's
+        curvature default, lowered until the gradient noise's share of the stationary
+        variance is at most ``noise_bound``).  A given value is kept fixed.
     inner_steps
-        Transitions per recorded draw (thinning); default from the step size.
+        Transitions per recorded draw; default from the step size (one draw spans the
+        kernel's decorrelation time).
     preconditioner
         ``"auto"`` (dense up to 200 parameters, diagonal beyond), ``"dense"``, ``"diag"`` or
-        ``"identity"``; all built from the Laplace precision at the MAP.
+        ``"identity"``; built from the Laplace fit, then from the chain's draws in tuning.
     control_variates
-        Use ``grad U(theta*) + (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``.
+        ``True``/``"auto"`` (default): first order, or second order where it lowers the worst
+        coordinate's gradient noise enough to matter (decided in tuning); ``"first"``:
+        ``grad U(theta*) + (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``; ``"second"``:
+        also subtract each row's Taylor term ``H_i (theta - theta*)`` and add back its
+        full-data sum (needs the dense Hessian, d <= 2000); ``False``: plain minibatch sums.
+    adapt
+        Adapt the preconditioner, the anchor and the step size in tuning (default True).
+    noise_bound
+        Largest share of the stationary variance the gradient noise may feed (0.05).
     replace
         Draw minibatch rows with replacement (default: without).
     reshuffle
-        Without replacement: walk through random permutations of the rows, so the minibatches
-        of one pass are disjoint (True, the default), or draw independent minibatches (False;
-        needed by, and the default of, an estimated gradient-noise correction).
+        Without replacement: walk through random permutations of the rows (True, the
+        default) or draw independent minibatches (False; what a B-hat correction assumes).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     rng
@@ -140,18 +107,22 @@ class SubsamplingStep(ArrayStepShared):
 
     name: ClassVar[str] = "subsampling"
     default_blocked = True
-    #: step size in z coordinates for unit curvature, and time covered by one draw
+    #: step size in z coordinates for unit curvature, and transitions per draw
     default_step_size: ClassVar[float] = 0.1
     default_inner_steps: ClassVar[int] = 10
 
-    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list]]] = {
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         "step_size": (np.float64, []),
         "lp_est": (np.float64, []),
         "rows_touched": (np.int64, []),
         "data_fraction": (np.float64, []),
         "grad_noise_sd": (np.float64, []),
+        "noise_share": (np.float64, []),
+        "virial": (np.float64, []),
+        "cv_order": (np.int64, []),
         "diverging": (bool, []),
         "tune": (bool, []),
+        "warning": (SamplerWarning, None),
     }
 
     def __init__(
@@ -159,11 +130,13 @@ class SubsamplingStep(ArrayStepShared):
         vars=None,
         *,
         model=None,
-        batch_size: int = 1000,
+        batch_size: int | None = None,
         step_size: float | None = None,
         inner_steps: int | None = None,
         preconditioner: str = "auto",
-        control_variates: bool = True,
+        control_variates: bool | str = True,
+        adapt: bool = True,
+        noise_bound: float = NOISE_SHARE_BOUND,
         replace: bool = False,
         reshuffle: bool | None = None,
         layer: MinibatchModel | None = None,
@@ -182,43 +155,103 @@ class SubsamplingStep(ArrayStepShared):
                 "MinibatchModel(model) for this model, or leave layer out."
             )
         self.layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
+        self._check_data_current()
         n_rows = self.layer.n_rows
+        if batch_size is None:
+            batch_size = min(1000, n_rows)
         check_batch_size(batch_size, n_rows)
         self.batch_size = int(batch_size)
-        if preconditioner == "auto":
-            preconditioner = "dense" if self.layer.dim <= DENSE_PRECONDITIONER_MAX_DIM else "diag"
-        if preconditioner not in ("dense", "diag", "identity"):
-            raise ValueError(
-                f"preconditioner must be 'auto', 'dense', 'diag' or 'identity', "
-                f"got {preconditioner!r}."
-            )
-        self.control_variates = bool(control_variates)
+        self.preconditioner_kind = _check_preconditioner(preconditioner, self.layer.dim)
+        self.cv_mode = _check_control_variates(control_variates)
+        if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
+            raise ValueError(f"noise_bound must be a number in (0, 1), got {noise_bound!r}.")
+        self.noise_bound = float(noise_bound)
+        self.adapt = bool(adapt)
         self.replace = bool(replace)
         self.reshuffle = self._check_reshuffle(reshuffle)
+        self._fixed_step = step_size is not None
+        self._fixed_inner = inner_steps is not None
         if step_size is not None:  # fail before the (full-data) MAP search
             self._check_step_size(step_size)
         if inner_steps is not None:
             self._check_inner_steps(inner_steps)
-        map_result = self.layer.map_estimate()
-        self.precond = Preconditioner(map_result.theta, map_result.hessian, preconditioner)
-        self.anchor: Anchor | None = self.layer.map_anchor() if self.control_variates else None
+        self._set_up_laplace()
         self.step_size = self._check_step_size(step_size)
         self.inner_steps = self._check_inner_steps(inner_steps)
+        self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = RowIndexSampler(
             n_rows, self.batch_size, self.rng, replace=self.replace, reshuffle=self.reshuffle
         )
+        self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()
+
+    # ------------------------------------------------------------------ set-up
+    def _set_up_laplace(self) -> None:
+        """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""
+        fit = self.layer.map_estimate()
+        self.map_problem = fit.problem
+        if self.map_problem is None:
+            center, precision = fit.theta, fit.hessian
+            anchor = self.layer.map_anchor()
+        else:
+            center = self.layer.initial_theta
+            anchor, precision = self._fallback_anchor(center)
+            warnings.warn(
+                f"{type(self).__name__}: the MAP search did not find a usable mode: "
+                f"{self.map_problem}. The chains start from the model's initial point with a "
+                "diagonal preconditioner from the curvature there, and tuning re-centres the "
+                "control variates and re-estimates the preconditioner from the draws. Use "
+                "more tuning draws, and prefer a non-centred parameterisation for "
+                "hierarchical models (a = mu + tau * z, z ~ Normal(0, 1)).",
+                ModeWarning,
+                stacklevel=3,
+            )
+        kind = self.preconditioner_kind if self.map_problem is None else "diag"
+        self.laplace = Preconditioner.from_precision(center, precision, kind)
+        self.precond = self.laplace
+        self.anchor: Anchor | None = anchor if self.cv_mode != "none" else None
+        has_curvature = self.anchor is not None and self.anchor.loglik_hessian is not None
+        if self.cv_mode == "second" and not has_curvature:
+            raise ValueError(
+                "control_variates='second' needs the dense full-data Hessian, which is not "
+                f"computed for d = {self.layer.dim} parameters; use 'first' or 'auto'."
+            )
+        self._second_order_available = has_curvature and self.cv_mode in ("auto", "second")
+        self.cv_order = {"none": 0, "first": 1, "second": 2, "auto": 2 if has_curvature else 1}[
+            self.cv_mode
+        ]
+
+    def _fallback_anchor(self, center: np.ndarray) -> tuple[Anchor, np.ndarray]:
+        """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
+        layer = self.layer
+        if layer.dim <= 2_000:
+            loglik_hess = layer.full_loglik_hessian(center)
+            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+            diag = -np.diag(loglik_hess + layer.prior_hessian(center))
+            anchor = layer.anchor_at(center)
+            anchor = Anchor(anchor.theta, anchor.loglik, anchor.loglik_grad, center, loglik_hess)
+        else:
+            diag = -layer.full_loglik_hessian_diagonal(center)
+            anchor = layer.anchor_at(center)
+        diag = np.abs(diag)
+        floor = 1e-8 * max(float(diag.max()), 1.0)
+        return anchor, np.maximum(diag, floor)
 
     # ------------------------------------------------------------------ defaults and checks
     def default_step(self) -> float:
-        """Default step size from the curvature at the MAP (see the sampler's docs)."""
+        """Default step size from the curvature in z (see the sampler's docs)."""
         return self.default_step_size / self.precond.curvature_range[1]
 
     def default_inner(self) -> int:
         """Default transitions per draw (see the sampler's docs)."""
         return self.default_inner_steps
+
+    @abstractmethod
+    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """Share of the kernel's stationary variance fed by gradient noise of variance
+        ``noise_var`` (per coordinate, z units) at ``step_size``; increasing in both."""
 
     def _check_reshuffle(self, reshuffle: bool | None) -> bool:
         """Subclasses that assume independent minibatches override this."""
@@ -233,10 +266,18 @@ class SubsamplingStep(ArrayStepShared):
 
     def _check_inner_steps(self, inner_steps: int | None) -> int:
         if inner_steps is None:
-            return self.default_inner()
+            return min(self.default_inner(), MAX_INNER_STEPS)
         if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
             raise ValueError(f"inner_steps must be a positive integer, got {inner_steps!r}.")
         return int(inner_steps)
+
+    def _check_data_current(self) -> None:
+        if not self.layer.data_is_current():
+            raise StaleDataError(
+                "The model's data changed (pm.set_data) after this step's layer read it: its "
+                "rows, N, MAP and control-variate anchor would be stale. Build a new step "
+                "(and layer) after pm.set_data."
+            )
 
     @staticmethod
     def competence(var, has_grad):
@@ -249,7 +290,9 @@ class SubsamplingStep(ArrayStepShared):
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Per-chain generator and fresh chain state (sequential and parallel paths)."""
         super().setup_chain(rng, tune, draws)
+        self._check_data_current()
         self._rows.reset(self.rng)
+        self._chain_tune, self._chain_draws = int(tune), int(draws)
         self._reset_chain_state()
 
     def reset_tuning(self) -> None:
@@ -257,55 +300,103 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_chain_state()
 
     def stop_tuning(self) -> None:
+        if self.tune and self.adapt:
+            self._adapt_step_size(final=True)
         self.tune = False
 
     def _reset_chain_state(self) -> None:
         self.tune = True
+        self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
+        self._draw_index = 0
+        self._init_buffer, self._windows, self._terminal_start = window_ends(
+            self._chain_tune if self.adapt else 0
+        )
+        self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
+        self._noise = _NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
-        self._noise_var = np.zeros(self.layer.dim)
-        self._noise_seen = 0
+        self._lp_track = _LogDensityTrack()
+        self._eval_z = self._eval_grad = None
+        self._eval_lp = math.nan
         self._measure_noise = False
-        self._measured = None
         self._last_rows: list[np.ndarray] | None = None
         self._rows_touched = 0
         self._warned_divergence = False
+        self.monitor = ChainMonitor(self.layer.dim)
         self._reset_kernel_state()
 
     def _reset_kernel_state(self) -> None:
         """Subclasses reset their per-chain kernel state (momentum...) here."""
 
     # ------------------------------------------------------------------ gradient oracle
-    #: how the gradient-noise variance is measured once per draw: "split" (two half
-    #: minibatches) or "fisher" (per-row gradients, the empirical Fisher of Ahn et al. 2012)
+    #: how the gradient noise is measured: "split" (two half minibatches) or "fisher"
+    #: (per-row gradients, the empirical Fisher of Ahn et al. 2012; first order only)
     noise_measurement: str = "split"
+    #: after tuning, measure the noise on one transition every this many draws
+    measure_every: int = MEASURE_EVERY
 
     def grad_log_density(self, z: np.ndarray) -> np.ndarray:
-        """Stochastic gradient of the log posterior in z coordinates (one fresh minibatch)."""
+        """Stochastic gradient of the log posterior in z coordinates (one fresh minibatch).
+
+        Records the log-density estimate and the point, for ``lp_est``, the divergence check
+        and the virial; on a measuring transition splits the minibatch in two halves whose
+        difference measures the estimator's noise (first and, when available, second order).
+        """
         theta = self.precond.theta(z)
         rows = self.layer.take_rows(self._rows.draw())
-        self._last_rows = rows
         self._rows_touched += self.batch_size
-        if self._measure_noise and self.batch_size >= 2:
-            self._measure_noise = False
-            if self.noise_measurement == "fisher":
-                self._measured = self._fisher_noise_var(theta, rows)
+        try:
+            if self._measure_noise and self.batch_size >= 2:
+                self._measure_noise = False
+                lp, g_theta = self._measured_gradient(theta, rows)
             else:
-                return self._split_gradient(theta, rows)
-        return self.precond.grad_z(self.layer.estimate_grad(theta, rows, self.anchor))
+                lp, g_theta = self._gradient(theta, rows)
+        except ParameterValueError:  # a parameter left its support (e.g. p = NaN): diverging
+            lp, g_theta = -math.inf, np.full(self.layer.dim, np.nan)
+        g = self.precond.grad_z(g_theta)
+        self._eval_z, self._eval_lp, self._eval_grad = z, lp, g
+        return g
 
-    def _split_gradient(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
-        """The minibatch gradient as the weighted mean of its two halves, whose difference
-        measures the estimator's variance: Var(mean) = E[(g_a - g_b)^2] / 4."""
+    def _gradient(self, theta: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:
+        anchor = self.anchor
+        if self.cv_order == 2:
+            lp, g, row_curv = self.layer.estimate_second_order_parts(theta, rows, anchor)
+            return lp, anchor.second_order(theta, g, row_curv)
+        return self.layer.estimate_logp_grad(theta, rows, anchor)
+
+    def _measured_gradient(
+        self, theta: np.ndarray, rows: list[np.ndarray]
+    ) -> tuple[float, np.ndarray]:
+        """The minibatch estimate as the weighted mean of its two halves' estimates; the
+        halves' difference gives ``Var(estimate) = E[(g_a - g_b)^2] / 4`` (n/2 rows each)."""
+        if self.noise_measurement == "fisher":
+            lp, g = self._gradient(theta, rows)
+            self._noise.add(self._fisher_noise_var(theta, rows), None)
+            return lp, g
         half = self.batch_size // 2
-        g_a = self.layer.estimate_grad(theta, [r[:half] for r in rows], self.anchor)
-        g_b = self.layer.estimate_grad(theta, [r[half:] for r in rows], self.anchor)
-        self._measured = self.precond.grad_z(g_a - g_b) ** 2 / 4.0
+        halves = ([r[:half] for r in rows], [r[half:] for r in rows])
         w_a = half / self.batch_size
-        return self.precond.grad_z(w_a * g_a + (1.0 - w_a) * g_b)
+        if self._second_order_available:
+            parts = [self.layer.estimate_second_order_parts(theta, h, self.anchor) for h in halves]
+            (lp_a, first_a, curv_a), (lp_b, first_b, curv_b) = parts
+            second_a = self.anchor.second_order(theta, first_a, curv_a)
+            second_b = self.anchor.second_order(theta, first_b, curv_b)
+            self._noise.add(self._z_var(first_a - first_b), self._z_var(second_a - second_b))
+            chosen = (second_a, second_b) if self.cv_order == 2 else (first_a, first_b)
+        else:
+            (lp_a, g_a), (lp_b, g_b) = [
+                self.layer.estimate_logp_grad(theta, h, self.anchor) for h in halves
+            ]
+            self._noise.add(self._z_var(g_a - g_b), None)
+            chosen = (g_a, g_b)
+        lp = w_a * lp_a + (1.0 - w_a) * lp_b
+        return lp, w_a * chosen[0] + (1.0 - w_a) * chosen[1]
+
+    def _z_var(self, difference: np.ndarray) -> np.ndarray:
+        return self.precond.grad_z(difference) ** 2 / 4.0
 
     def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
-        """Diagonal of the minibatch gradient's covariance from per-row gradients (z units).
+        """Diagonal of the first-order estimate's covariance from per-row gradients (z units).
 
         ``V = (N^2 / n) (1 - n/N) Cov_i[grad l_i(theta) - grad l_i(theta*)]`` for a sample of
         ``n`` rows drawn without replacement (without the finite-population factor if drawn
@@ -314,71 +405,161 @@ class SubsamplingStep(ArrayStepShared):
         per_row = self.layer.row_gradients(theta, rows)
         if self.anchor is not None:
             per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
-        per_row_z = per_row @ self.precond.matrix  # rows of L^T grad
+        per_row_z = self.precond.grad_z_rows(per_row)
         n, big_n = self.batch_size, self.layer.n_rows
         finite_population = 1.0 if self.replace else 1.0 - n / big_n
         return per_row_z.var(axis=0, ddof=1) * big_n**2 / n * finite_population
 
-    def _update_noise_estimate(self) -> None:
-        if self._measured is None:
-            return
-        self._noise_seen += 1
-        weight = max(NOISE_EMA_WEIGHT, 1.0 / self._noise_seen)
-        self._noise_var = (1.0 - weight) * self._noise_var + weight * self._measured
-        self._measured = None
-
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         theta0 = q0.data
-        if self._last_theta is not None and np.array_equal(theta0, self._last_theta):
+        if self._draw_index == 0:
+            z0 = self._chain_start(theta0)
+        elif self._last_theta is not None and np.array_equal(theta0, self._last_theta):
             z0 = self._last_z
-        else:
+        else:  # moved by another step or by the user: restart the kernel there
             z0 = self.precond.z(theta0)
             self._reset_kernel_state()
         self._rows_touched = 0
-        self._measure_noise = True
+        self._measure_noise = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
             z, finite = self._transitions(z0)
-        self._update_noise_estimate()
-        diverging = not finite
+        lp = self._eval_lp
+        diverging = not finite or not np.isfinite(lp) or self._lp_track.dropped(lp)
         if diverging:
             self._on_divergence()
-            z, theta = z0, theta0
+            z, lp = z0, self._lp_track.last
         else:
-            theta = self.precond.theta(z)
-        lp_est = self._lp_estimate(theta)
+            self._lp_track.add(lp)
+        theta = self.precond.theta(z)
+        stats = self._common_stats(lp, diverging)
+        self._draw_index += 1
+        if self.tune and self.adapt and not diverging:
+            self._adapt(theta)
+            z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
-        stats = {
-            "step_size": self.step_size,
-            "lp_est": lp_est,
-            "rows_touched": self._rows_touched,
-            "data_fraction": self._rows_touched / self.layer.n_rows,
-            "grad_noise_sd": float(np.sqrt(self._noise_var.mean())),
-            "diverging": diverging,
-            "tune": self.tune,
-        }
-        stats.update(self._extra_stats())
+        if not self.tune:
+            stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
 
-    def _lp_estimate(self, theta: np.ndarray) -> float:
-        # The last transition's minibatch: an unbiased estimate at no extra read of the data.
-        rows = self._last_rows
-        if rows is None:
-            rows = self.layer.take_rows(self._rows.draw())
-            self._rows_touched += self.batch_size
-        with np.errstate(all="ignore"):
-            return self.layer.estimate_logp(theta, rows, self.anchor)
+    def _chain_start(self, theta0: np.ndarray) -> np.ndarray:
+        """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
+        self._reset_kernel_state()
+        if self._chain_tune > 0 and self.map_problem is None:
+            return self.rng.standard_normal(self.layer.dim)
+        return self.precond.z(theta0)
+
+    def _common_stats(self, lp: float, diverging: bool) -> dict[str, Any]:
+        share, noise_var = self._current_noise()
+        virial = math.nan
+        if self._eval_grad is not None and not diverging:
+            virial = -float(self._eval_z @ self._eval_grad) / self.layer.dim
+        if not self.tune:
+            self.monitor.add(virial, share, self._kinetic_temperature())
+        stats = {
+            "step_size": self.step_size,
+            "lp_est": lp,
+            "rows_touched": self._rows_touched,
+            "data_fraction": self._rows_touched / self.layer.n_rows,
+            "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
+            "noise_share": share,
+            "virial": virial,
+            "cv_order": self.cv_order,
+            "diverging": diverging,
+            "tune": self.tune,
+            "warning": None,
+        }
+        stats.update(self._extra_stats())
+        return stats
+
+    def _current_noise(self) -> tuple[float, np.ndarray]:
+        noise_var = self._noise.variance(self.cv_order)
+        if not noise_var.size:
+            return math.nan, noise_var
+        return float(np.max(self.noise_share(self.step_size, noise_var))), noise_var
+
+    def _kinetic_temperature(self) -> float:
+        """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
+        return math.nan
 
     def _on_divergence(self) -> None:
         self._reset_kernel_state()
         if not self._warned_divergence:
             self._warned_divergence = True
             warnings.warn(
-                f"{type(self).__name__}: a non-finite gradient or position appeared; the draw "
-                "was rejected and recorded as diverging. If this repeats, lower step_size.",
+                f"{type(self).__name__}: a non-finite value or a log-density drop of more "
+                f"than {LOGP_DROP_DIVERGENCE:g} appeared; the draw was rejected and recorded as "
+                "diverging. If this repeats, lower step_size or raise batch_size.",
                 DivergenceWarning,
                 stacklevel=2,
             )
+
+    def _end_of_chain_check(self) -> SamplerWarning | None:
+        if self._draw_index != self._chain_tune + self._chain_draws:
+            return None
+        message = self.monitor.verdict(type(self).__name__, self.noise_bound)
+        if message is None:
+            return None
+        from pymc.stats.convergence import WarningType
+
+        from pymc_bigdata.errors import BiasWarning
+
+        warnings.warn(message, BiasWarning, stacklevel=3)
+        return SamplerWarning(WarningType.CONVERGENCE, message, "warn")
+
+    # ------------------------------------------------------------------ adaptation
+    def _adapt(self, theta: np.ndarray) -> None:
+        """After a tuning draw: collect it, and at a window's end re-fit L and the anchor."""
+        index = self._draw_index
+        if self._windows and index > self._init_buffer:
+            self._moments.add(theta)
+        if self._windows and index == self._windows[0]:
+            self._windows.pop(0)
+            self._end_window()
+        if index % 10 == 0 or index == self._terminal_start:
+            self._adapt_step_size(final=False)
+
+    def _end_window(self) -> None:
+        moments = self._moments
+        self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
+        if moments.count < 3:
+            return
+        prior_cov = self.laplace.covariance()
+        k = LAPLACE_PRIOR_DRAWS if self.map_problem is None else 1
+        cov = blend_covariance(moments.covariance(), moments.count, prior_cov, k)
+        self.precond = Preconditioner.from_covariance(
+            moments.mean, cov, self.precond.kind, self.laplace
+        )
+        if self.anchor is not None:
+            self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
+            self._noise.recentred()
+        self._reset_kernel_state()
+
+    def _adapt_step_size(self, final: bool) -> None:
+        """Step size (and inner steps) from the measured noise; at the end of tuning also
+        the control-variate order."""
+        if final and self._second_order_available and self.cv_mode == "auto":
+            self.cv_order = self._choose_order()
+        noise_var = self._noise.variance(self.cv_order)
+        if self._fixed_step or not noise_var.size:
+            return
+        default = self.default_step()
+        self.step_size = largest_step_within_noise_bound(
+            self.noise_share, noise_var, default, self.noise_bound
+        )
+        if not self._fixed_inner:
+            self.inner_steps = min(self.default_inner(), MAX_INNER_STEPS)
+
+    def _choose_order(self) -> int:
+        first, second = self._noise.variance(1), self._noise.variance(2)
+        if not first.size or not second.size:
+            return self.cv_order
+        default = self.default_step()
+        limited = largest_step_within_noise_bound(
+            self.noise_share, first, default, self.noise_bound
+        )
+        better = np.max(second) < SECOND_ORDER_GAIN * np.max(first)
+        return 2 if (limited < default and better) else 1
 
     @abstractmethod
     def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -386,3 +567,98 @@ class SubsamplingStep(ArrayStepShared):
 
     def _extra_stats(self) -> dict[str, Any]:
         return {}
+
+
+class _LogDensityTrack:
+    """Recent log-density estimates, to call a sudden fall a divergence.
+
+    A fall counts when it exceeds ``LOGP_DROP_DIVERGENCE`` plus ten times the running sd of
+    the estimates (which holds the posterior's own spread of log densities and the
+    minibatch estimator's noise, large without control variates); checked from the tenth draw.
+    """
+
+    WARM = 10
+    WEIGHT = 0.05
+
+    def __init__(self):
+        self.count = 0
+        self.last = math.nan
+        self._mean = 0.0
+        self._var = 0.0
+
+    def dropped(self, lp: float) -> bool:
+        if self.count < self.WARM:
+            return False
+        return lp < self.last - (LOGP_DROP_DIVERGENCE + 10.0 * math.sqrt(self._var))
+
+    def add(self, lp: float) -> None:
+        self.count += 1
+        self.last = lp
+        weight = max(self.WEIGHT, 1.0 / self.count)
+        delta = lp - self._mean
+        self._mean += weight * delta
+        self._var = (1.0 - weight) * (self._var + weight * delta * delta)
+
+
+class _NoiseAccumulator:
+    """Running mean of the measured gradient-noise variance per coordinate, in theta units
+    scaled to the current z coordinates at measurement time (first and second order).
+
+    Measurements made before the anchor last moved are kept as a fallback until enough new
+    ones (``MIN_FRESH``) arrive, since moving the anchor changes the noise.
+    """
+
+    MIN_FRESH = 20
+
+    def __init__(self, dim: int):
+        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
+        self._stale = {1: _Mean(dim), 2: _Mean(dim)}
+
+    def add(self, first: np.ndarray, second: np.ndarray | None) -> None:
+        self._fresh[1].add(first)
+        if second is not None:
+            self._fresh[2].add(second)
+
+    def recentred(self) -> None:
+        self._stale = self._fresh
+        dim = len(self._fresh[1].mean)
+        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
+
+    def variance(self, order: int) -> np.ndarray:
+        order = max(order, 1)
+        fresh, stale = self._fresh[order], self._stale[order]
+        if fresh.count >= self.MIN_FRESH or stale.count == 0:
+            return fresh.mean if fresh.count else np.empty(0)
+        return stale.mean
+
+
+class _Mean:
+    def __init__(self, dim: int):
+        self.count = 0
+        self.mean = np.zeros(dim)
+
+    def add(self, x: np.ndarray) -> None:
+        self.count += 1
+        self.mean = self.mean + (x - self.mean) / self.count
+
+
+def _check_preconditioner(kind: str, dim: int) -> str:
+    if kind == "auto":
+        return "dense" if dim <= DENSE_PRECONDITIONER_MAX_DIM else "diag"
+    if kind not in ("dense", "diag", "identity"):
+        raise ValueError(
+            f"preconditioner must be 'auto', 'dense', 'diag' or 'identity', got {kind!r}."
+        )
+    return kind
+
+
+def _check_control_variates(value: bool | str) -> str:
+    if value is True or value == "auto":
+        return "auto"
+    if value is False or value == "none":
+        return "none"
+    if value in ("first", "second"):
+        return value
+    raise ValueError(
+        f"control_variates must be True, False, 'auto', 'first' or 'second', got {value!r}."
+    )

@@ -20,7 +20,9 @@ class SGLD(SubsamplingStep):
     ``L L^T`` is the Laplace covariance at the MAP (the preconditioner; ``"diag"`` gives
     pSGLD-style diagonal preconditioning).  ``g`` is the control-variate minibatch gradient.
 
-    Defaults: ``eps = 0.2 / lambda_max`` and ``inner_steps = ceil(2 / (eps lambda_min))``,
+    Defaults: ``eps = 0.2 / lambda_max``, lowered in tuning until the gradient noise feeds
+    at most ``noise_bound`` of the stationary variance (share ``eps V / 4``), and
+    ``inner_steps = ceil(2 / (eps lambda_min))``,
     with ``lambda`` the eigenvalues of the curvature in ``z`` (both 1 with the default dense
     preconditioner).  Bias: O(eps); for a Gaussian posterior the stationary variance is
     ``1 / (1 - eps lambda / 4)`` times the truth, i.e. sd ratio 1.026 at the default.
@@ -36,6 +38,10 @@ class SGLD(SubsamplingStep):
     def default_inner(self) -> int:
         lam_min = self.precond.curvature_range[0]
         return max(1, math.ceil(2.0 / (self.step_size * lam_min) - 1e-9))
+
+    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""
+        return step_size * np.asarray(noise_var) / 4.0
 
     def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
         z, info = sgld_steps(z0, self.grad_log_density, self.step_size, self.inner_steps, self.rng)

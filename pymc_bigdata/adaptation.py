@@ -1,0 +1,133 @@
+"""Tuning-phase adaptation shared by every subsampling step method (pure numpy).
+
+During ``tune`` draws a step learns, as NUTS's warm-up does, in windows (Stan's schedule,
+scaled to the number of tuning draws): an initial buffer that only moves the chain into the
+bulk, then windows of doubling length at the end of each of which the preconditioner is
+re-estimated from the window's draws and the control-variate anchor is moved to their mean,
+and a terminal buffer in which only the step size settles.  This module holds the pieces
+that need no model: the window schedule, running moments, the covariance blend and the
+step-size rule; :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` wires them up.
+
+Step-size rule (:func:`largest_step_within_noise_bound`).  A kernel's stationary variance in
+the preconditioned coordinates is its thermal part plus a part fed by the gradient noise;
+each kernel states that share as a function of its step size and of the noise variance
+``V_j`` of coordinate j (e.g. SGLD ``eps V / 4``; SGHMC/BAOAB ``kappa eps^2 V / (1 - c^2)``).
+The step size is the largest one, not above the kernel's curvature default, that keeps
+``max_j share_j <= bound``: noisy coordinates (rare rows, small groups) set the step, not the
+average one.  The bias left is an inflation of the variance of the noisiest coordinate by at
+most ``bound`` (``NOISE_SHARE_BOUND = 0.05``: its sd by at most 2.5 %; reshuffled minibatches
+have anti-correlated noise, so the realised inflation is smaller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = [
+    "NOISE_SHARE_BOUND",
+    "RunningMoments",
+    "blend_covariance",
+    "largest_step_within_noise_bound",
+    "window_ends",
+]
+
+#: largest share of the stationary variance the gradient noise may feed (per coordinate)
+NOISE_SHARE_BOUND = 0.05
+
+#: the Laplace covariance counts as this many draws when blended with a window's covariance
+LAPLACE_PRIOR_DRAWS = 10
+
+
+def window_ends(tune: int) -> tuple[int, list[int], int]:
+    """The initial buffer's length, the draw counts at which adaptation windows end, and the
+    start of the terminal buffer.
+
+    For ``tune = 1000``: initial buffer 75 draws, windows ending at 100, 150, 250, 450, 900
+    (25, 50, 100, 200, 450 draws; the last window absorbs the remainder), terminal buffer
+    100 draws.  Fewer than 40 tuning draws: no windows (the step size still adapts).
+    """
+    if tune < 40:
+        return 0, [], 0
+    init = int(0.075 * tune)
+    terminal = int(0.1 * tune)
+    window = max(int(0.025 * tune), 5)
+    ends = []
+    start = init
+    end_of_windows = tune - terminal
+    while start + window <= end_of_windows:
+        end = start + window
+        if end + 2 * window > end_of_windows:  # the next window would not fit: stretch
+            end = end_of_windows
+        ends.append(end)
+        start, window = end, 2 * window
+    return init, ends, end_of_windows
+
+
+class RunningMoments:
+    """Welford running mean and (dense or diagonal) covariance of vectors."""
+
+    def __init__(self, dim: int, dense: bool):
+        self.dense = dense
+        self.count = 0
+        self.mean = np.zeros(dim)
+        self._m2 = np.zeros((dim, dim)) if dense else np.zeros(dim)
+
+    def add(self, x: np.ndarray) -> None:
+        self.count += 1
+        delta = x - self.mean
+        self.mean = self.mean + delta / self.count
+        if self.dense:
+            self._m2 += np.outer(delta, x - self.mean)
+        else:
+            self._m2 += delta * (x - self.mean)
+
+    def covariance(self) -> np.ndarray:
+        """Unbiased sample covariance (dense matrix or diagonal vector)."""
+        return self._m2 / max(self.count - 1, 1)
+
+
+def blend_covariance(
+    sample_cov: np.ndarray, n_draws: int, prior_cov: np.ndarray, prior_draws: int
+) -> np.ndarray:
+    """Shrink a window's covariance towards a prior guess (the Laplace covariance).
+
+    ``(n S + k P) / (n + k)``: Stan shrinks towards a small multiple of the identity; the
+    Laplace covariance is a better target, right in scale and correlation when the posterior
+    is near-Gaussian, and ``k`` draws' worth of it keeps a short window's estimate positive
+    definite.
+    """
+    weight = n_draws / (n_draws + prior_draws)
+    return weight * sample_cov + (1.0 - weight) * prior_cov
+
+
+def largest_step_within_noise_bound(
+    noise_share: Callable[[float, np.ndarray], np.ndarray],
+    noise_var: np.ndarray,
+    default_step: float,
+    bound: float = NOISE_SHARE_BOUND,
+    smallest: float = 1e-4,
+) -> float:
+    """Largest ``eps <= default_step`` with ``max(noise_share(eps, noise_var)) <= bound``.
+
+    ``noise_share`` must increase with ``eps`` (all our kernels' do); found by bisection on
+    a log scale (30 halvings: relative precision 1e-3). Returns ``smallest * default_step``
+    when even that step exceeds the bound.
+    """
+    worst = float(np.max(noise_var)) if noise_var.size else 0.0
+    if not np.isfinite(worst):
+        return smallest * default_step
+    worst_var = np.array([worst])
+    if noise_share(default_step, worst_var)[0] <= bound:
+        return default_step
+    lo, hi = np.log(smallest * default_step), np.log(default_step)
+    if noise_share(float(np.exp(lo)), worst_var)[0] > bound:
+        return float(np.exp(lo))
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if noise_share(float(np.exp(mid)), worst_var)[0] <= bound:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.exp(lo))

@@ -1,0 +1,87 @@
+"""End-of-chain bias alarms from a sampler's own statistics.
+
+A subsampling sampler has no accept/reject step to tell it that it is off target, but
+three of its statistics have known equilibrium values:
+
+* the **virial** ``-(z - c) . grad log p(z) / d`` (the configurational temperature) averages
+  exactly 1 under the target for any smooth density (integration by parts), and the
+  minibatch gradient is unbiased, so its average over draws estimates it without bias;
+* the **kinetic temperature** ``2 K / d`` of a momentum-carrying kernel averages 1;
+* the **noise share** (the gradient noise's share of the stationary variance, from the
+  measured noise) should stay below the step's ``noise_bound``.
+
+A chain whose dynamics are heated by gradient noise (rare rows, a step size too large for
+the noise) shows a virial and a kinetic temperature far above 1.  The check allows
+``max(ALARM_TOLERANCE, ALARM_Z * se)`` around 1, ``se`` from batch means.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["ALARM_TOLERANCE", "ALARM_Z", "ChainMonitor", "temperature_alarm"]
+
+#: allowed relative deviation of the virial / kinetic temperature from 1
+ALARM_TOLERANCE = 0.15
+
+#: ... or this many standard errors, whichever is larger
+ALARM_Z = 4.0
+
+#: the noise share may exceed the step's bound by this factor before an alarm
+NOISE_ALARM_FACTOR = 3.0
+
+_BATCHES = 20
+
+
+def temperature_alarm(values: np.ndarray) -> tuple[float, float, bool]:
+    """Mean, batch-means standard error, and whether the mean is off 1 beyond tolerance."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) < 2 * _BATCHES:
+        return math.nan, math.nan, False
+    usable = len(values) - len(values) % _BATCHES
+    batch_means = values[:usable].reshape(_BATCHES, -1).mean(axis=1)
+    mean = float(values.mean())
+    se = float(batch_means.std(ddof=1) / math.sqrt(_BATCHES))
+    return mean, se, abs(mean - 1.0) > max(ALARM_TOLERANCE, ALARM_Z * se)
+
+
+class ChainMonitor:
+    """Collects the alarm statistics of one chain's post-tuning draws."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.virial: list[float] = []
+        self.noise_share: list[float] = []
+        self.kinetic: list[float] = []
+
+    def add(self, virial: float, noise_share: float, kinetic_temperature: float) -> None:
+        self.virial.append(virial)
+        self.noise_share.append(noise_share)
+        self.kinetic.append(kinetic_temperature)
+
+    def verdict(self, sampler: str, noise_bound: float) -> str | None:
+        """A warning message when the chain looks off target, else None."""
+        problems = []
+        for label, values in (("virial", self.virial), ("kinetic temperature", self.kinetic)):
+            mean, se, off = temperature_alarm(np.array(values))
+            if off:
+                problems.append(f"mean {label} {mean:.3g} (± {se:.2g}) where 1 is expected")
+        shares = np.array(self.noise_share)
+        shares = shares[np.isfinite(shares)]
+        if shares.size and float(np.median(shares)) > NOISE_ALARM_FACTOR * noise_bound:
+            problems.append(
+                f"gradient noise feeds {float(np.median(shares)):.0%} of the variance of the "
+                f"noisiest coordinate (bound {noise_bound:.0%})"
+            )
+        if not problems:
+            return None
+        return (
+            f"{sampler}: this chain's own statistics show it off its target: "
+            + "; ".join(problems)
+            + ". Its draws are likely too dispersed. Raise batch_size, lower step_size, "
+            "use more tuning draws, or check the model (see the sampler statistics "
+            "'virial', 'noise_share' and 'kinetic_energy')."
+        )

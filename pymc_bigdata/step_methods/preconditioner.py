@@ -1,0 +1,122 @@
+"""The map ``theta = c + L z`` between the model's and the kernels' coordinates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Preconditioner"]
+
+#: up to this many parameters the curvature range uses the exact eigenvalues of L^T P L
+EXACT_CURVATURE_MAX_DIM = 2_000
+
+
+class Preconditioner:
+    """``theta = center + L z``, and the Laplace curvature of the posterior in ``z``.
+
+    Build with :meth:`from_precision` (the Laplace fit: ``L L^T = P^{-1}``) or
+    :meth:`from_covariance` (an adapted covariance ``L L^T = S``).  ``kind``: ``"dense"``
+    (``L`` a Cholesky factor), ``"diag"`` (``L`` the marginal standard deviations) or
+    ``"identity"``.
+
+    Attributes
+    ----------
+    curvature_range : tuple of float
+        Smallest and largest eigenvalue of the Laplace precision in z, ``L^T P L`` (both 1
+        for the dense Laplace preconditioner); the kernels' default step sizes use it.
+    precision : ndarray
+        The Laplace precision ``P`` (dense, or its diagonal) the range was computed from.
+    """
+
+    def __init__(self, center: np.ndarray, matrix: np.ndarray, kind: str, precision: np.ndarray):
+        self.center = np.asarray(center, dtype=np.float64)
+        self.kind = kind
+        self.precision = precision
+        self._diagonal = kind != "dense"
+        if self._diagonal:
+            self._scale = np.asarray(matrix, dtype=np.float64)  # the diagonal of L
+            self.matrix = None
+        else:
+            self.matrix = matrix
+            self._to_z = np.linalg.inv(matrix)
+        self.curvature_range = self._curvature_range(precision)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_precision(cls, center: np.ndarray, precision: np.ndarray, kind: str) -> Preconditioner:
+        """``L L^T = P^{-1}`` (``P`` positive definite, dense or its diagonal)."""
+        dim = len(center)
+        if kind == "dense":
+            upper = np.linalg.cholesky(_dense(precision))  # P = U U^T
+            return cls(center, np.linalg.inv(upper.T), kind, precision)
+        if kind == "diag":
+            if precision.ndim == 2:
+                sd = np.sqrt(np.diag(np.linalg.inv(precision)))
+            else:
+                sd = 1.0 / np.sqrt(precision)
+            return cls(center, sd, kind, precision)
+        if kind == "identity":
+            return cls(center, np.ones(dim), kind, precision)
+        raise ValueError(f"preconditioner must be 'dense', 'diag' or 'identity', got {kind!r}.")
+
+    @classmethod
+    def from_covariance(
+        cls, center: np.ndarray, covariance: np.ndarray, kind: str, laplace: Preconditioner
+    ) -> Preconditioner:
+        """``L L^T = S`` (dense ``S``, or its diagonal), keeping ``laplace``'s precision."""
+        if kind == "dense":
+            return cls(center, np.linalg.cholesky(_dense(covariance)), kind, laplace.precision)
+        if kind == "diag":
+            var = np.diag(covariance) if covariance.ndim == 2 else covariance
+            return cls(center, np.sqrt(var), kind, laplace.precision)
+        return cls(center, np.ones(len(center)), kind, laplace.precision)
+
+    # ------------------------------------------------------------------ maps
+    def theta(self, z: np.ndarray) -> np.ndarray:
+        """``c + L z``."""
+        if self._diagonal:
+            return self.center + self._scale * z
+        return self.center + self.matrix @ z
+
+    def z(self, theta: np.ndarray) -> np.ndarray:
+        """``L^{-1} (theta - c)``."""
+        if self._diagonal:
+            return (theta - self.center) / self._scale
+        return self._to_z @ (theta - self.center)
+
+    def grad_z(self, grad_theta: np.ndarray) -> np.ndarray:
+        """Chain rule: ``L^T grad_theta``."""
+        if self._diagonal:
+            return self._scale * grad_theta
+        return self.matrix.T @ grad_theta
+
+    def grad_z_rows(self, grads_theta: np.ndarray) -> np.ndarray:
+        """:meth:`grad_z` applied to every row of an (n, d) array."""
+        if self._diagonal:
+            return grads_theta * self._scale
+        return grads_theta @ self.matrix
+
+    def covariance(self) -> np.ndarray:
+        """``L L^T`` (dense), or its diagonal for a diagonal ``L``."""
+        if self._diagonal:
+            return self._scale**2
+        return self.matrix @ self.matrix.T
+
+    # ------------------------------------------------------------------ curvature
+    def _curvature_range(self, precision: np.ndarray) -> tuple[float, float]:
+        if precision.ndim == 1:
+            scale = self._scale if self._diagonal else np.sqrt(np.sum(self.matrix**2, axis=1))
+            diag = scale**2 * precision
+            return float(diag.min()), float(diag.max())
+        if len(precision) > EXACT_CURVATURE_MAX_DIM:
+            diag = (self._scale**2) * np.diag(precision)
+            return float(diag.min()), float(diag.max())
+        if self._diagonal:
+            curvature = precision * np.outer(self._scale, self._scale)
+        else:
+            curvature = self.matrix.T @ precision @ self.matrix
+        eig = np.linalg.eigvalsh(0.5 * (curvature + curvature.T))
+        return float(eig[0]), float(eig[-1])
+
+
+def _dense(matrix: np.ndarray) -> np.ndarray:
+    return np.diag(matrix) if matrix.ndim == 1 else 0.5 * (matrix + matrix.T)
