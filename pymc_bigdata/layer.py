@@ -33,6 +33,7 @@ import pytensor
 import pytensor.tensor as pt
 import scipy.linalg
 import scipy.optimize
+import scipy.sparse
 from pymc.data import MinibatchOp
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.logprob.utils import replace_rvs_by_values
@@ -57,6 +58,9 @@ DEFAULT_CHUNK_ROWS = 65_536
 #: up to this many parameters the full-data Hessian is computed densely (memory d^2 doubles,
 #: time ~ N d forward passes); beyond, only a stochastic estimate of its diagonal
 DENSE_HESSIAN_MAX_DIM = 2_000
+
+#: up to this many parameters the MAP search also computes the Hessian at the mode itself
+DENSE_PRECONDITIONER_DIM = 200
 
 #: rows x basis directions per block when the Hessian is computed by batched HVPs (~32 MB)
 HESSIAN_BLOCK_ELEMENTS = 2**22
@@ -91,8 +95,12 @@ class MapResult:
     n_evaluations : int
         Full-data passes the optimiser made.
     loglik_hessian : ndarray, shape (d, d), or None
-        Full-data Hessian of the summed log-likelihood at ``theta`` (the second-order control
-        variates' curvature); None when ``d > DENSE_HESSIAN_MAX_DIM``.
+        Full-data Hessian of the summed log-likelihood at ``hessian_point`` (the second-order
+        control variates' curvature); None when ``d > DENSE_HESSIAN_MAX_DIM``.
+    hessian_point : ndarray, shape (d,), or None
+        Where ``loglik_hessian`` was computed: ``theta`` up to ``DENSE_PRECONDITIONER_DIM``
+        parameters; beyond, the subsample optimum from which Newton started (one full-data
+        Hessian instead of two; ``hessian`` is then the Laplace precision to that accuracy).
     newton_decrement : float
         ``g^T H^{-1} g`` at ``theta`` (twice the log-density gap to the quadratic model's
         mode); near 0 at a mode, ``inf`` when ``H`` is not positive definite.
@@ -107,6 +115,7 @@ class MapResult:
     hessian: np.ndarray
     n_evaluations: int
     loglik_hessian: np.ndarray | None = None
+    hessian_point: np.ndarray | None = None
     newton_decrement: float = 0.0
     min_curvature: float = 1.0
 
@@ -608,10 +617,15 @@ class MinibatchModel:
             else next(self.rows.chunks(self.n_rows))
         )
         theta = _lbfgs(self._scaled_negative_logp(sub_rows), theta, maxiter, self.n_rows)
-        if self.dim <= DENSE_HESSIAN_MAX_DIM:
+        hessian_point, loglik_hess = theta, None
+        if self.dim <= DENSE_PRECONDITIONER_DIM:  # cheap: subsample Hessian for Newton
             scale = self.n_rows / n_sub
             hess = scale * self._chunked_hessian(theta, sub_rows) + self.prior_hessian(theta)
             theta, n_eval = self._newton(theta, -0.5 * (hess + hess.T))
+            hessian_point = theta
+        elif self.dim <= DENSE_HESSIAN_MAX_DIM:  # one full Hessian, used by Newton and kept
+            loglik_hess = self._symmetric_full_hessian(theta)
+            theta, n_eval = self._newton(theta, -(loglik_hess + self.prior_hessian(theta)))
         else:
             theta = _lbfgs(self._full_negative_logp, theta, maxiter, self.n_rows)
             n_eval = maxiter  # an upper bound: scipy does not report it through _lbfgs
@@ -619,13 +633,12 @@ class MinibatchModel:
         prior_lp, prior_grad = self.prior_logp_grad(theta)
         lp, grad_lp = loglik + prior_lp, loglik_grad + prior_grad
         if self.dim <= DENSE_HESSIAN_MAX_DIM:
-            loglik_hess = self.full_loglik_hessian(theta)
-            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+            if loglik_hess is None:
+                loglik_hess = self._symmetric_full_hessian(theta)
             precision = -(loglik_hess + self.prior_hessian(theta))
             precision = 0.5 * (precision + precision.T)
             decrement, min_curv = _dense_diagnostics(precision, grad_lp)
         else:
-            loglik_hess = None
             prior_diag = np.diag(self.prior_hessian(theta)) if self.dim <= 20_000 else 0.0
             precision = -(self.full_loglik_hessian_diagonal(theta) + prior_diag)
             decrement, min_curv = _diagonal_diagnostics(precision, grad_lp)
@@ -637,9 +650,14 @@ class MinibatchModel:
             hessian=precision,
             n_evaluations=n_eval + 2,
             loglik_hessian=loglik_hess,
+            hessian_point=hessian_point,
             newton_decrement=decrement,
             min_curvature=min_curv,
         )
+
+    def _symmetric_full_hessian(self, theta: np.ndarray) -> np.ndarray:
+        hess = self.full_loglik_hessian(theta)
+        return 0.5 * (hess + hess.T)
 
     def _scaled_negative_logp(self, rows: list[np.ndarray]):
         scale = self.n_rows / len(rows[0])
@@ -748,8 +766,8 @@ class MinibatchModel:
             theta=m.theta,
             loglik=m.loglik,
             loglik_grad=m.loglik_grad,
-            curvature_point=m.theta if m.loglik_hessian is not None else None,
-            loglik_hessian=m.loglik_hessian,
+            curvature_point=m.hessian_point if m.loglik_hessian is not None else None,
+            loglik_hessian=_compact(m.loglik_hessian),
         )
 
     def anchor_at(self, theta: np.ndarray, curvature_from: Anchor | None = None) -> Anchor:
@@ -764,7 +782,7 @@ class MinibatchModel:
         point = hess = None
         if curvature_from is not None and curvature_from.loglik_hessian is not None:
             point, hess = curvature_from.curvature_point, curvature_from.loglik_hessian
-        return Anchor(theta, loglik, loglik_grad, point, hess)
+        return Anchor(theta, loglik, loglik_grad, point, _compact(hess))
 
     def data_is_current(self) -> bool:
         """False when ``pm.set_data`` (or ``set_value``) replaced a row array since the
@@ -816,6 +834,19 @@ class Anchor:
     ) -> np.ndarray:
         """The second-order estimate from :meth:`MinibatchModel.estimate_second_order_parts`."""
         return grad_first - row_curvature + self.loglik_hessian @ (theta - self.theta)
+
+
+#: a Hessian with at most this fraction of non-zero entries is stored sparse (CSR)
+SPARSE_HESSIAN_DENSITY = 0.1
+
+
+def _compact(matrix: np.ndarray | None):
+    """A CSR copy of a mostly-zero matrix (its matvec then costs O(nnz), not O(d^2))."""
+    if matrix is None or scipy.sparse.issparse(matrix) or matrix.shape[0] < 100:
+        return matrix
+    if np.count_nonzero(matrix) > SPARSE_HESSIAN_DENSITY * matrix.size:
+        return matrix
+    return scipy.sparse.csr_matrix(matrix)
 
 
 def _lbfgs(negative_logp, theta: np.ndarray, maxiter: int, n_rows: int) -> np.ndarray:

@@ -230,8 +230,9 @@ class SubsamplingStep(ArrayStepShared):
             loglik_hess = layer.full_loglik_hessian(center)
             loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
             diag = -np.diag(loglik_hess + layer.prior_hessian(center))
-            anchor = layer.anchor_at(center)
-            anchor = Anchor(anchor.theta, anchor.loglik, anchor.loglik_grad, center, loglik_hess)
+            anchor = layer.anchor_at(
+                center, Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
+            )
         else:
             diag = -layer.full_loglik_hessian_diagonal(center)
             anchor = layer.anchor_at(center)

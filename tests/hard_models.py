@@ -1,0 +1,384 @@
+"""Test targets where the Laplace (Gaussian-at-the-MAP) approximation is measurably wrong.
+
+Every model comes as a deterministic data generator (``make_<name>_data``, numpy arrays from
+``np.random.default_rng(seed)``), a builder taking that data (``<name>_model``) and a
+shortcut with the default sizes (``<name>(...)``) that does both. ``HARD_MODELS`` maps the
+names of the models with a stored reference posterior (``tests/references/<name>.npz``,
+made by ``tests/references/make_references.py``) to zero-argument builders, and
+``load_reference(name)`` reads one back.
+
+Reference files hold, for every free variable, its unconstrained value variable (e.g.
+``sigma_log__``) and the Deterministic ``a`` of the non-centred model, flattened arrays
+``<var>__mean``, ``<var>__sd``, ``<var>__mean_se`` and ``<var>__sd_se`` (the Monte Carlo
+standard errors of the reference itself), plus ``<value var>__laplace_mean`` and
+``<value var>__laplace_sd`` (MAP and inverse-Hessian sd of ``model.logp(jacobian=True)`` in
+the unconstrained space, the space PyMC samples in).
+
+``many_groups_linear`` is exactly Gaussian: ``many_groups_linear_posterior`` gives its
+posterior by linear algebra, so it has no stored file.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import scipy.linalg
+import scipy.optimize
+
+REFERENCE_DIR = Path(__file__).parent / "references"
+
+
+# ---------------------------------------------------------------------------------------------
+# a. skewed logistic regression
+
+
+def make_skewed_logistic_data(n_rows: int = 400, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Rare-ish outcome logistic data: ``X = [1, x1, x2]``, true beta ``(-3, 1, -0.5)``.
+
+    Returns
+    -------
+    X : ndarray, shape (n_rows, 3)
+        A column of ones and two standard-normal covariates.
+    y : ndarray of int, shape (n_rows,)
+        Bernoulli outcomes, about 7% ones (about 30 events at 400 rows).
+    """
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.ones(n_rows), rng.standard_normal((n_rows, 2))])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-X @ np.array([-3.0, 1.0, -0.5]))))
+    return X, y
+
+
+def skewed_logistic_model(X: np.ndarray, y: np.ndarray) -> pm.Model:
+    """``beta ~ Normal(0, 2.5)`` (shape 3), ``y ~ Bernoulli(logit_p = X @ beta)``.
+
+    What makes it hard: few rows and few events, so the posterior is skewed (the intercept
+    has a long left tail) and the Laplace sd and mean are off by several percent.
+    """
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 2.5, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
+    return model
+
+
+def skewed_logistic(n_rows: int = 400, seed: int = 1) -> pm.Model:
+    """Skewed small-N logistic regression (see ``skewed_logistic_model``) on fresh data."""
+    return skewed_logistic_model(*make_skewed_logistic_data(n_rows, seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# b. linear regression with correlated predictors and an unknown scale
+
+
+def make_scale_regression_data(
+    n_rows: int = 5000, seed: int = 2, n_coefs: int = 25
+) -> tuple[np.ndarray, np.ndarray]:
+    """Equicorrelated (rho = 0.9) Gaussian features, true ``b ~ N(0, 0.5^2)``, noise sd 2.
+
+    Returns
+    -------
+    X : ndarray, shape (n_rows, n_coefs)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    rho = 0.9
+    common = rng.standard_normal((n_rows, 1))
+    X = np.sqrt(rho) * common + np.sqrt(1.0 - rho) * rng.standard_normal((n_rows, n_coefs))
+    b = rng.normal(0.0, 0.5, size=n_coefs)
+    y = X @ b + rng.normal(0.0, 2.0, size=n_rows)
+    return X, y
+
+
+def scale_regression_model(X: np.ndarray, y: np.ndarray) -> pm.Model:
+    """``b ~ Normal(0, 1)`` (shape 25), ``sigma ~ HalfStudentT(3, 1)``, ``y ~ N(X b, sigma)``.
+
+    What makes it hard: the 25 predictors are strongly correlated (ill-conditioned
+    posterior for a sampler without a dense mass matrix) and the scale ``sigma`` is sampled
+    through ``sigma_log__``. The posterior is close to Gaussian in ``b`` (d = 26, 5,000
+    rows), so this one mainly checks that the scale parameter is handled exactly.
+    """
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1])
+        sigma = pm.HalfStudentT("sigma", nu=3, sigma=1.0)
+        pm.Normal("y", mu=pm.math.dot(X, b), sigma=sigma, observed=y)
+    return model
+
+
+def scale_regression(n_rows: int = 5000, seed: int = 2) -> pm.Model:
+    """Correlated-predictor regression with unknown scale (see ``scale_regression_model``)."""
+    return scale_regression_model(*make_scale_regression_data(n_rows, seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# c. normal mean and scale from few rows
+
+
+def make_scale_few_rows_data(n_rows: int = 30, seed: int = 3) -> np.ndarray:
+    """``y ~ Normal(1, 2)``: returns ``y``, shape (n_rows,)."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(1.0, 2.0, size=n_rows)
+
+
+def scale_few_rows_model(y: np.ndarray) -> pm.Model:
+    """``mu ~ Normal(0, 10)``, ``sigma ~ HalfNormal(5)``, ``y ~ Normal(mu, sigma)``.
+
+    What makes it hard: with 30 rows the posterior of ``sigma`` is visibly right-skewed,
+    ``log sigma`` slightly left-skewed, and ``mu`` has Student-t-like tails; the Laplace fit
+    understates the sd of ``mu`` and misplaces the mean of ``sigma_log__``.
+    """
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        sigma = pm.HalfNormal("sigma", 5.0)
+        pm.Normal("y", mu=mu, sigma=sigma, observed=y)
+    return model
+
+
+def scale_few_rows(n_rows: int = 30, seed: int = 3) -> pm.Model:
+    """Normal mean and scale from few rows (see ``scale_few_rows_model``)."""
+    return scale_few_rows_model(make_scale_few_rows_data(n_rows, seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# d. hierarchical logistic regression, very uneven groups
+
+
+def make_hier_logistic_data(
+    n_groups: int = 40, seed: int = 4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group sizes ``round(20 * 100**(k / (n_groups - 1)))`` (20 to 2,000, shuffled).
+
+    True ``mu_a = -1``, ``tau = 0.8``, ``slope = 0.5``; one standard-normal covariate.
+    With 40 groups there are 17,798 rows.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+        Group index of each row, in ``0 .. n_groups - 1``.
+    x : ndarray, shape (n_rows,)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.round(20.0 * 100.0 ** (np.arange(n_groups) / (n_groups - 1))).astype(int)
+    sizes = rng.permutation(sizes)
+    group = np.repeat(np.arange(n_groups), sizes)
+    a = -1.0 + 0.8 * rng.standard_normal(n_groups)
+    x = rng.standard_normal(len(group))
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(a[group] + 0.5 * x))))
+    return group, x, y
+
+
+def hier_logistic_model(
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool, n_groups: int | None = None
+) -> pm.Model:
+    """Varying-intercept logistic regression, centred or non-centred.
+
+    ``mu_a ~ Normal(0, 2)``, ``tau ~ HalfNormal(1)``, ``slope ~ Normal(0, 2)``; centred:
+    ``a ~ Normal(mu_a, tau)``; non-centred: ``z ~ Normal(0, 1)``,
+    ``a = Deterministic(mu_a + tau * z)``; ``y ~ Bernoulli(logit_p = a[group] + slope * x)``.
+
+    What makes it hard: the group sizes span 20 to 2,000 rows, so small groups make a
+    funnel in ``(tau, a)`` for the centred form while large groups make ``z`` strongly
+    coupled to ``(mu_a, tau)`` in the non-centred form; ``tau`` (``tau_log__``) is skewed
+    and the Laplace fit of the hyperparameters is poor.
+    """
+    n_groups = int(group.max()) + 1 if n_groups is None else n_groups
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0)
+        if centred:
+            a = pm.Normal("a", mu_a, tau, shape=n_groups)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=n_groups)
+            a = pm.Deterministic("a", mu_a + tau * z)
+        pm.Bernoulli("y", logit_p=a[group] + slope * x, observed=y)
+    return model
+
+
+def hier_logistic(centred: bool, n_groups: int = 40, seed: int = 4) -> pm.Model:
+    """Hierarchical logistic regression (see ``hier_logistic_model``); same data either way."""
+    group, x, y = make_hier_logistic_data(n_groups, seed)
+    return hier_logistic_model(group, x, y, centred=centred, n_groups=n_groups)
+
+
+# ---------------------------------------------------------------------------------------------
+# e. rare events with a separated binary feature
+
+#: rows of the binary feature in ``make_rare_event_logistic_data`` (none has an event)
+RARE_EVENT_FLAG_ROWS = 250
+
+
+def make_rare_event_logistic_data(
+    n_rows: int = 500_000, seed: int = 5
+) -> tuple[np.ndarray, np.ndarray]:
+    """About 0.1% events: intercept -7, slopes (0.5, -0.3, 0.2) on standard normals.
+
+    Column 4 is a binary flag set on exactly 250 random rows, whose outcomes are all forced
+    to 0 (quasi-separation: the flag's coefficient is only bounded by its prior).
+
+    Returns
+    -------
+    X : ndarray, shape (n_rows, 5)
+        Ones, three standard-normal covariates, the flag.
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    flag = np.zeros(n_rows)
+    flag[rng.choice(n_rows, size=RARE_EVENT_FLAG_ROWS, replace=False)] = 1.0
+    X = np.column_stack([np.ones(n_rows), rng.standard_normal((n_rows, 3)), flag])
+    eta = X[:, :4] @ np.array([-7.0, 0.5, -0.3, 0.2])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    y[flag == 1.0] = 0
+    return X, y
+
+
+def rare_event_logistic_model(X: np.ndarray, y: np.ndarray) -> pm.Model:
+    """``beta ~ Normal(0, 5)`` (shape 5), ``y ~ Bernoulli(logit_p = X @ beta)``.
+
+    What makes it hard: 500,000 rows but only ~550 events, and the flag (``beta[4]``) has
+    no event in its 250 rows, so its posterior is the prior's left half cut off smoothly
+    on the right: strongly skewed, with a Laplace sd and mean far off. A subsampling
+    method also sees the flag's rows only rarely.
+    """
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 5.0, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
+    return model
+
+
+def rare_event_logistic(n_rows: int = 500_000, seed: int = 5) -> pm.Model:
+    """Rare-event logistic regression with a separated flag (see ``rare_event_logistic_model``)."""
+    return rare_event_logistic_model(*make_rare_event_logistic_data(n_rows, seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# f. many groups, a million rows, exactly Gaussian posterior
+
+
+def many_groups_sizes(n_rows: int = 1_000_000, n_groups: int = 1000) -> np.ndarray:
+    """Group sizes from 28 to 4,851 rows (at the default sizes) summing to ``n_rows``.
+
+    ``28 + 4823 * (r**u - 1) / (r - 1)`` for ``u`` evenly spaced on ``[0, 1]``, with the
+    ratio ``r`` solved so the sizes sum to ``n_rows``, then rounded (largest remainders) so
+    the sum is exact. For other ``n_rows`` and ``n_groups`` the ends scale with the mean.
+    """
+    mean = n_rows / n_groups
+    low, span = 28.0 * mean / 1000.0, 4823.0 * mean / 1000.0
+    u = np.arange(n_groups) / (n_groups - 1)
+
+    def sizes(r: float) -> np.ndarray:
+        return low + span * np.expm1(u * np.log(r)) / (r - 1.0)
+
+    r = scipy.optimize.brentq(lambda r: sizes(r).sum() - n_rows, 1.0 + 1e-9, 1e6)
+    raw = sizes(r)
+    out = np.floor(raw).astype(int)
+    short = n_rows - out.sum()
+    out[np.argsort(out - raw)[:short]] += 1
+    return out
+
+
+def make_many_groups_linear_data(
+    n_rows: int = 1_000_000, n_groups: int = 1000, seed: int = 6
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Varying intercepts ``a ~ N(0, 1)``, slopes ``b ~ N(0, 1)`` (3), noise sd 1.
+
+    Group sizes from ``many_groups_sizes``, assigned to groups in a shuffled order; rows
+    are in group order.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    X : ndarray, shape (n_rows, 3)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = rng.permutation(many_groups_sizes(n_rows, n_groups))
+    group = np.repeat(np.arange(n_groups), sizes)
+    a = rng.standard_normal(n_groups)
+    b = rng.standard_normal(3)
+    X = rng.standard_normal((n_rows, 3))
+    y = a[group] + X @ b + rng.standard_normal(n_rows)
+    return group, X, y
+
+
+def many_groups_linear_model(
+    group: np.ndarray, X: np.ndarray, y: np.ndarray, n_groups: int | None = None
+) -> pm.Model:
+    """``a ~ Normal(0, 1)`` (one per group), ``b ~ Normal(0, 1)`` (3), ``y ~ N(a[g] + X b, 1)``.
+
+    What makes it hard: d = 1,003 with groups of 28 to 4,851 rows, so the posterior scales
+    differ by a factor ~13 between coordinates and a minibatch sees most groups only a few
+    times. The posterior is exactly Gaussian (``many_groups_linear_posterior``).
+    """
+    n_groups = int(group.max()) + 1 if n_groups is None else n_groups
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 1.0, shape=n_groups)
+        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1])
+        pm.Normal("y", mu=a[group] + pm.math.dot(X, b), sigma=1.0, observed=y)
+    return model
+
+
+def many_groups_linear(
+    n_rows: int = 1_000_000, n_groups: int = 1000, seed: int = 6
+) -> pm.Model:
+    """Many-groups varying-intercept regression (see ``many_groups_linear_model``)."""
+    group, X, y = make_many_groups_linear_data(n_rows, n_groups, seed)
+    return many_groups_linear_model(group, X, y, n_groups)
+
+
+def many_groups_linear_posterior(
+    group: np.ndarray, X: np.ndarray, y: np.ndarray, n_groups: int | None = None
+) -> dict[str, np.ndarray]:
+    """Exact posterior of ``many_groups_linear_model``: keys ``a__mean``, ``a__sd``,
+    ``b__mean``, ``b__sd`` (and zero ``__mean_se``/``__sd_se``, like a reference file).
+
+    The design is ``[one-hot(group), X]`` with unit noise and unit prior precision, so the
+    precision is ``I + D^T D``, built blockwise from group counts and per-group sums of
+    ``X``, and the mean solves ``(I + D^T D) m = D^T y``.
+    """
+    n_groups = int(group.max()) + 1 if n_groups is None else n_groups
+    k = X.shape[1]
+    counts = np.bincount(group, minlength=n_groups).astype(float)
+    cross = np.column_stack([np.bincount(group, X[:, j], n_groups) for j in range(k)])
+    precision = np.zeros((n_groups + k, n_groups + k))
+    precision[:n_groups, :n_groups] = np.diag(counts)
+    precision[:n_groups, n_groups:] = cross
+    precision[n_groups:, :n_groups] = cross.T
+    precision[n_groups:, n_groups:] = X.T @ X
+    precision += np.eye(n_groups + k)
+    rhs = np.concatenate([np.bincount(group, y, n_groups), X.T @ y])
+    factor = scipy.linalg.cho_factor(precision)
+    mean = scipy.linalg.cho_solve(factor, rhs)
+    sd = np.sqrt(np.diag(scipy.linalg.cho_solve(factor, np.eye(n_groups + k))))
+    out = {
+        "a__mean": mean[:n_groups],
+        "a__sd": sd[:n_groups],
+        "b__mean": mean[n_groups:],
+        "b__sd": sd[n_groups:],
+    }
+    for var in ("a", "b"):
+        out[f"{var}__mean_se"] = np.zeros_like(out[f"{var}__mean"])
+        out[f"{var}__sd_se"] = np.zeros_like(out[f"{var}__sd"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# registry and reference files
+
+#: models with a stored reference posterior: name -> zero-argument builder (default sizes)
+HARD_MODELS = {
+    "skewed_logistic": skewed_logistic,
+    "scale_regression": scale_regression,
+    "scale_few_rows": scale_few_rows,
+    "hier_logistic_centred": partial(hier_logistic, centred=True),
+    "hier_logistic_noncentred": partial(hier_logistic, centred=False),
+    "rare_event_logistic": rare_event_logistic,
+}
+
+
+def load_reference(name: str) -> dict[str, np.ndarray]:
+    """The arrays of ``tests/references/<name>.npz`` (see the module docstring for keys)."""
+    with np.load(REFERENCE_DIR / f"{name}.npz") as ref:
+        return {key: ref[key] for key in ref.files}

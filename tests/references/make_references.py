@@ -1,0 +1,412 @@
+"""Compute the reference posteriors of ``tests/hard_models.py`` and store them small.
+
+Run from the repository root (one process, one core; a few minutes per model)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python tests/references/make_references.py [names...]
+    .venv/bin/python tests/references/make_references.py --report [names...]
+
+With no names it does every model of ``HARD_MODELS``; ``--report`` only prints the table
+of the stored files. Each ``tests/references/<name>.npz`` holds, for every free variable,
+every unconstrained value variable (``sigma_log__``, ``tau_log__``) and the Deterministic
+``a`` of the non-centred model, flattened arrays ``<var>__mean``, ``<var>__sd`` (population
+sd over all draws, or the weighted sd), ``<var>__mean_se`` and ``<var>__sd_se`` (Monte
+Carlo standard errors of the reference itself), ``<var>__laplace_mean`` and
+``<var>__laplace_sd`` for value variables and Deterministics (MAP and inverse-Hessian sd of
+``model.logp(jacobian=True)`` in the unconstrained space; delta method for
+Deterministics), and metadata (``method``, ``n_draws``, ``seed``, ``wall_time_s``, ...).
+
+Methods:
+
+* ``nuts``: ``pm.sample(draws, tune=2000, chains=4, cores=1, target_accept, random_seed)``,
+  standard errors ``az.mcse(method="mean")`` and ``az.mcse(method="sd")``, value variables
+  by transforming the draws (log for the positive scales).
+* ``laplace_is`` (the 500,000-row rare-event model): self-normalised importance sampling
+  from a multivariate Student-t (df 4) centred at the MAP with the Laplace covariance
+  inflated by 1.5^2, the log posterior computed in numpy in row chunks; standard errors by
+  the delta method, ``mean_se = max(sqrt(sum w^2 (x - m)^2), sd / sqrt(ESS))`` and
+  ``sd_se = max(sqrt(sum w^2 ((x - m)^2 - sd^2)^2) / (2 sd), sd sqrt((kurt - 1) / (4 ESS)))``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import scipy.optimize
+from pymc.blocking import DictToArrayBijection, RaveledVars
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from hard_models import (  # noqa: E402
+    HARD_MODELS,
+    REFERENCE_DIR,
+    load_reference,
+    make_rare_event_logistic_data,
+    rare_event_logistic_model,
+)
+
+#: per model: method and its settings (NUTS draws are per chain, 4 chains)
+SETTINGS: dict[str, dict] = {
+    "skewed_logistic": {"method": "nuts", "draws": 15_000, "target_accept": 0.95, "seed": 101},
+    "scale_regression": {"method": "nuts", "draws": 10_000, "target_accept": 0.95, "seed": 102},
+    "scale_few_rows": {"method": "nuts", "draws": 15_000, "target_accept": 0.95, "seed": 103},
+    "hier_logistic_centred": {
+        "method": "nuts",
+        "draws": 10_000,
+        "target_accept": 0.99,
+        "seed": 104,
+    },
+    "hier_logistic_noncentred": {
+        "method": "nuts",
+        "draws": 10_000,
+        "target_accept": 0.95,
+        "seed": 105,
+    },
+    "rare_event_logistic": {
+        "method": "laplace_is",
+        "n_draws": 100_000,
+        "df": 4.0,
+        "inflation": 1.5,
+        "seed": 106,
+    },
+}
+TUNE = 2000
+CHAINS = 4
+#: the target on every reference sd: its Monte Carlo standard error below 0.7% of it
+SD_SE_TARGET = 0.007
+
+
+# ---------------------------------------------------------------------------------------------
+# Laplace approximation in the unconstrained space
+
+
+def laplace_fit(model: pm.Model) -> dict:
+    """MAP and inverse negative Hessian of ``model.logp(jacobian=True)`` over the value
+    variables (the unconstrained space PyMC samples in).
+
+    Returns a dict with ``theta`` (flat MAP), ``cov``, ``precision``, ``grad_norm`` (at the
+    MAP), ``slices`` (value-variable name -> (slice, shape)), ``point`` (MAP as a point
+    dict) and ``unravel`` (flat vector -> point dict).
+    """
+    start = model.initial_point()
+    names = [v.name for v in model.value_vars]
+    x0 = DictToArrayBijection.map({n: start[n] for n in names})
+    info = x0.point_map_info
+
+    def unravel(x: np.ndarray) -> dict[str, np.ndarray]:
+        return DictToArrayBijection.rmap(RaveledVars(x, info))
+
+    logp = model.compile_logp(jacobian=True)
+    dlogp = model.compile_dlogp(jacobian=True)
+    hess_fn = model.compile_d2logp(jacobian=True, negate_output=False)
+
+    def fun(x):
+        return -float(logp(unravel(x)))
+
+    def jac(x):
+        return -np.asarray(dlogp(unravel(x)), dtype=float)
+
+    def hess(x):
+        return -np.asarray(hess_fn(unravel(x)), dtype=float)
+
+    res = scipy.optimize.minimize(fun, x0.data, jac=jac, method="L-BFGS-B", options={"maxiter": 5000})
+    res = scipy.optimize.minimize(fun, res.x, jac=jac, hess=hess, method="trust-exact")
+    theta = res.x
+    for _ in range(5):  # Newton polish
+        theta = theta - np.linalg.solve(hess(theta), jac(theta))
+    precision = hess(theta)
+    cov = np.linalg.inv(precision)
+    slices, pos = {}, 0
+    for name, shape, size, _ in info:
+        slices[name] = (slice(pos, pos + size), shape)
+        pos += size
+    return {
+        "theta": theta,
+        "cov": cov,
+        "precision": precision,
+        "grad_norm": float(np.linalg.norm(jac(theta))),
+        "slices": slices,
+        "point": unravel(theta),
+        "unravel": unravel,
+    }
+
+
+def laplace_summaries(model: pm.Model, fit: dict) -> dict[str, np.ndarray]:
+    """``<var>__laplace_mean`` / ``__laplace_sd`` for value variables and Deterministics."""
+    out = {}
+    sd = np.sqrt(np.diag(fit["cov"]))
+    for name, (sl, _) in fit["slices"].items():
+        out[f"{name}__laplace_mean"] = fit["theta"][sl]
+        out[f"{name}__laplace_sd"] = sd[sl]
+    for det in model.deterministics:
+        graph = model.replace_rvs_by_values([det])[0]
+        fn = model.compile_fn(graph, inputs=model.value_vars, on_unused_input="ignore")
+        value = np.ravel(fn(fit["point"]))
+        step = 1e-5
+        jac = np.empty((value.size, fit["theta"].size))
+        for j in range(fit["theta"].size):
+            e = np.zeros_like(fit["theta"])
+            e[j] = step
+            up = np.ravel(fn(fit["unravel"](fit["theta"] + e)))
+            down = np.ravel(fn(fit["unravel"](fit["theta"] - e)))
+            jac[:, j] = (up - down) / (2 * step)
+        out[f"{det.name}__laplace_mean"] = value
+        out[f"{det.name}__laplace_sd"] = np.sqrt(np.einsum("ij,jk,ik->i", jac, fit["cov"], jac))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# NUTS references
+
+
+def value_var_draws(model: pm.Model, idata) -> dict[str, np.ndarray]:
+    """Draws (chain, draw, *shape) of free RVs, their value variables and Deterministics."""
+    post = idata.posterior
+    out = {}
+    for rv in model.free_RVs:
+        draws = post[rv.name].values
+        out[rv.name] = draws
+        value = model.rvs_to_values[rv]
+        transform = model.rvs_to_transforms.get(rv)
+        if transform is None:
+            continue
+        if type(transform).__name__ != "LogTransform":
+            raise NotImplementedError(f"{rv.name}: transform {transform} not supported")
+        out[value.name] = np.log(draws)
+    for det in model.deterministics:
+        out[det.name] = post[det.name].values
+    return out
+
+
+def draw_summaries(draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Mean, sd (over all chains and draws) and their MCSEs, flattened per variable."""
+    out = {}
+    for name, x in draws.items():
+        flat = x.reshape(x.shape[0], x.shape[1], -1)
+        out[f"{name}__mean"] = flat.mean(axis=(0, 1))
+        out[f"{name}__sd"] = flat.std(axis=(0, 1))
+        out[f"{name}__mean_se"] = np.atleast_1d(az.mcse(flat, method="mean"))
+        out[f"{name}__sd_se"] = np.atleast_1d(az.mcse(flat, method="sd"))
+        out[f"{name}__ess_bulk"] = np.atleast_1d(az.ess(flat, method="bulk"))
+        out[f"{name}__rhat"] = np.atleast_1d(az.rhat(flat))
+    return out
+
+
+def nuts_reference(name: str, settings: dict) -> dict[str, np.ndarray]:
+    model = HARD_MODELS[name]()
+    fit = laplace_fit(model)
+    start = time.perf_counter()
+    with model:
+        idata = pm.sample(
+            draws=settings["draws"],
+            tune=TUNE,
+            chains=CHAINS,
+            cores=1,
+            target_accept=settings["target_accept"],
+            random_seed=settings["seed"],
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    wall = time.perf_counter() - start
+    stats = idata.sample_stats
+    out = draw_summaries(value_var_draws(model, idata))
+    out.update(laplace_summaries(model, fit))
+    out.update(
+        method=np.array("nuts"),
+        n_draws=np.array(CHAINS * settings["draws"]),
+        n_chains=np.array(CHAINS),
+        tune=np.array(TUNE),
+        seed=np.array(settings["seed"]),
+        target_accept=np.array(settings["target_accept"]),
+        divergences=np.array(int(stats["diverging"].values.sum())),
+        max_tree_depth=np.array(int(stats["tree_depth"].values.max())),
+        mean_tree_depth=np.array(float(stats["tree_depth"].values.mean())),
+        step_size=np.array(stats["step_size"].values[:, -1]),
+        laplace_grad_norm=np.array(fit["grad_norm"]),
+        wall_time_s=np.array(wall),
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# importance-sampling reference for the rare-event model
+
+
+def rare_event_log_posterior(X: np.ndarray, y: np.ndarray, prior_sd: float = 5.0):
+    """Exact (up to a constant) log posterior of ``rare_event_logistic_model``.
+
+    ``sum_i y_i eta_i`` is ``(X^T y) . beta``; ``sum_i log(1 + exp(eta_i))`` is summed in
+    chunks of 2,048 rows, in float32 (it is a sum of 500,000 terms ~1e-3, so float32
+    rounding moves the total by ~1e-5 at most; ``check`` compares with float64
+    ``np.logaddexp`` on a subset) and accumulated in float64. Where a chunk has an
+    ``eta > 30`` it falls back to float64 ``np.logaddexp``.
+    """
+    Xty = X.T @ y
+    X32 = X.astype(np.float32)
+    chunk = 2048
+
+    def log_post(thetas: np.ndarray, exact: bool = False) -> np.ndarray:
+        thetas = np.atleast_2d(thetas)
+        total = thetas @ Xty - 0.5 * np.sum((thetas / prior_sd) ** 2, axis=1)
+        t32 = thetas.T.astype(np.float32)
+        for lo in range(0, len(X), chunk):
+            if exact:
+                eta = X[lo : lo + chunk] @ thetas.T
+                total -= np.logaddexp(0.0, eta).sum(axis=0)
+                continue
+            eta = X32[lo : lo + chunk] @ t32
+            if eta.max() > 30.0:
+                eta64 = X[lo : lo + chunk] @ thetas.T
+                total -= np.logaddexp(0.0, eta64).sum(axis=0)
+                continue
+            np.exp(eta, out=eta)
+            eta += 1.0
+            np.log(eta, out=eta)
+            total -= eta.sum(axis=0, dtype=np.float64)
+        return total
+
+    return log_post
+
+
+def importance_reference(name: str, settings: dict) -> dict[str, np.ndarray]:
+    X, y = make_rare_event_logistic_data()
+    model = rare_event_logistic_model(X, y)
+    fit = laplace_fit(model)
+    log_post = rare_event_log_posterior(X, y)
+    theta_map, d = fit["theta"], len(fit["theta"])
+    df, inflation = settings["df"], settings["inflation"]
+    chol = np.linalg.cholesky(fit["cov"]) * inflation
+
+    # the numpy log posterior must equal PyMC's up to a constant
+    logp = model.compile_logp(jacobian=True)
+    rng = np.random.default_rng(settings["seed"] + 1)
+    probe = theta_map + rng.standard_normal((4, d)) @ chol.T
+    pymc_lp = np.array([logp(fit["unravel"](t)) for t in probe])
+    diff = log_post(probe, exact=True) - pymc_lp
+    assert np.ptp(diff) < 1e-6, f"numpy log posterior differs from PyMC's: {diff}"
+
+    start = time.perf_counter()
+    rng = np.random.default_rng(settings["seed"])
+    n_draws, batch = settings["n_draws"], 1000
+    draws = np.empty((n_draws, d))
+    log_w = np.empty(n_draws)
+    for lo in range(0, n_draws, batch):
+        hi = min(lo + batch, n_draws)
+        white = rng.standard_normal((hi - lo, d)) * np.sqrt(df / rng.chisquare(df, hi - lo))[:, None]
+        draws[lo:hi] = theta_map + white @ chol.T
+        log_q = -0.5 * (df + d) * np.log1p(np.sum(white**2, axis=1) / df)
+        log_w[lo:hi] = log_post(draws[lo:hi]) - log_q
+    wall = time.perf_counter() - start
+    # float32 check on a subset
+    sub = draws[:200]
+    f32_err = log_post(sub) - log_post(sub, exact=True)
+    f32_err = float(np.max(np.abs(f32_err - f32_err.mean())))
+
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    ess = 1.0 / np.sum(w**2)
+    mean = w @ draws
+    dev = draws - mean
+    var = w @ dev**2
+    sd = np.sqrt(var)
+    kurt = (w @ dev**4) / var**2
+    mean_se = np.maximum(np.sqrt(w**2 @ dev**2), sd / np.sqrt(ess))
+    sd_se = np.maximum(
+        np.sqrt(w**2 @ (dev**2 - var) ** 2) / (2 * sd), sd * np.sqrt((kurt - 1) / (4 * ess))
+    )
+    try:
+        from arviz_stats.base import array_stats
+
+        khat = float(array_stats.pareto_khat(log_w, chain_axis=None, tail="right", log_weights=True))
+    except Exception:  # the diagnostic is optional
+        khat = np.nan
+
+    out = {"beta__mean": mean, "beta__sd": sd, "beta__mean_se": mean_se, "beta__sd_se": sd_se}
+    out.update(laplace_summaries(model, fit))
+    out.update(
+        method=np.array("laplace_is"),
+        n_draws=np.array(n_draws),
+        seed=np.array(settings["seed"]),
+        proposal_df=np.array(df),
+        proposal_inflation=np.array(inflation),
+        is_ess=np.array(ess),
+        is_khat=np.array(khat),
+        beta__kurtosis=kurt,
+        float32_max_error=np.array(f32_err),
+        laplace_grad_norm=np.array(fit["grad_norm"]),
+        wall_time_s=np.array(wall),
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def value_names(ref: dict[str, np.ndarray]) -> list[str]:
+    """Variables with a Laplace fit (value variables and Deterministics), file order."""
+    return [k[: -len("__laplace_mean")] for k in ref if k.endswith("__laplace_mean")]
+
+
+def report(name: str, ref: dict[str, np.ndarray], path: Path | None = None) -> str:
+    lines = [f"== {name}  ({ref['method']}, {int(ref['n_draws']):,} draws"]
+    if "divergences" in ref:
+        lines[0] += f", {int(ref['divergences'])} divergences"
+        lines[0] += f", mean tree depth {float(ref['mean_tree_depth']):.1f}"
+    if "is_ess" in ref:
+        lines[0] += f", weight ESS {float(ref['is_ess']):,.0f}, khat {float(ref['is_khat']):.2f}"
+    lines[0] += f", {float(ref['wall_time_s']):.0f} s"
+    if path is not None:
+        lines[0] += f", {path.stat().st_size:,} bytes"
+    worst = max(float(np.max(ref[k] / ref[k[:-3]])) for k in ref if k.endswith("__sd_se"))
+    lines[0] += f", max sd_se/sd {100 * worst:.2f}%)"
+    lines.append(
+        f"{'coordinate':<16}{'ref mean':>10}{'ref sd':>9}{'Lap mean':>10}{'Lap sd':>9}"
+        f"{'|dmean|/sd':>11}{'sd ratio':>9}{'±2se':>7}"
+    )
+    for var in value_names(ref):
+        m, s = ref[f"{var}__mean"], ref[f"{var}__sd"]
+        lm, ls = ref[f"{var}__laplace_mean"], ref[f"{var}__laplace_sd"]
+        m_se, s_se = ref[f"{var}__mean_se"], ref[f"{var}__sd_se"]
+        for i in range(m.size):
+            label = var if m.size == 1 else f"{var}[{i}]"
+            dmean = abs(lm[i] - m[i]) / s[i]
+            ratio = ls[i] / s[i]
+            flag = " *" if dmean > 0.1 or abs(ratio - 1) > 0.05 else ""
+            lines.append(
+                f"{label:<16}{m[i]:>10.4f}{s[i]:>9.4f}{lm[i]:>10.4f}{ls[i]:>9.4f}"
+                f"{dmean:>11.3f}{ratio:>9.3f}{2 * max(m_se[i], s_se[i]) / s[i]:>7.3f}{flag}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"default: all of {list(HARD_MODELS)}")
+    parser.add_argument("--report", action="store_true", help="only print the stored files")
+    parser.add_argument("--draws", type=int, help="override draws (per chain, or IS draws)")
+    parser.add_argument("--out", type=Path, default=REFERENCE_DIR)
+    args = parser.parse_args(argv)
+    names = args.names or list(HARD_MODELS)
+    for name in names:
+        path = args.out / f"{name}.npz"
+        if not args.report:
+            settings = dict(SETTINGS[name])
+            if args.draws:
+                settings["n_draws" if settings["method"] == "laplace_is" else "draws"] = args.draws
+            if settings["method"] == "nuts":
+                ref = nuts_reference(name, settings)
+            else:
+                ref = importance_reference(name, settings)
+            args.out.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(path, **ref)
+        ref = load_reference(name) if args.out == REFERENCE_DIR else dict(np.load(path))
+        print(report(name, ref, path), flush=True)
+
+
+if __name__ == "__main__":
+    main()

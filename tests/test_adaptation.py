@@ -1,0 +1,64 @@
+"""The pure pieces of tuning: window schedule, running moments, covariance blend and the
+noise-bounded step-size rule (closed forms)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymc_bigdata.adaptation import (
+    RunningMoments,
+    blend_covariance,
+    largest_step_within_noise_bound,
+    window_ends,
+)
+
+
+def test_window_schedule_for_pm_sample_default():
+    """1000 tuning draws: 75-draw initial buffer, doubling windows, 100-draw terminal buffer."""
+    assert window_ends(1000) == (75, [100, 150, 250, 450, 900], 900)
+
+
+@pytest.mark.parametrize("tune", [40, 100, 333, 2000, 5000])
+def test_windows_are_increasing_and_end_at_terminal_buffer(tune):
+    init, ends, terminal = window_ends(tune)
+    assert 0 < init < ends[0] and ends == sorted(ends) and ends[-1] == terminal < tune
+
+
+def test_no_windows_for_short_tuning():
+    assert window_ends(39) == (0, [], 0)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_running_moments_match_numpy(dense):
+    x = np.random.default_rng(0).standard_normal((50, 3)) @ np.array([[1, 0.5, 0], [0, 1, 0], [0, 0, 2]])
+    moments = RunningMoments(3, dense=dense)
+    for row in x:
+        moments.add(row)
+    np.testing.assert_allclose(moments.mean, x.mean(axis=0))
+    expected = np.cov(x.T) if dense else x.var(axis=0, ddof=1)
+    np.testing.assert_allclose(moments.covariance(), expected)
+
+
+def test_blend_weights_draws_against_prior():
+    assert blend_covariance(np.array([4.0]), 30, np.array([1.0]), 10)[0] == pytest.approx(3.25)
+
+
+def sgld_share(step, var):
+    return step * var / 4.0
+
+
+def test_step_rule_solves_the_noise_bound():
+    """SGLD's share eps V / 4 = 0.05 at V = 4 gives eps = 0.05; the worst coordinate rules."""
+    step = largest_step_within_noise_bound(sgld_share, np.array([0.1, 4.0]), 0.2, bound=0.05)
+    assert step == pytest.approx(0.05, rel=2e-3)
+    assert sgld_share(step, 4.0) <= 0.05
+
+
+def test_step_rule_keeps_the_default_when_noise_is_small():
+    assert largest_step_within_noise_bound(sgld_share, np.array([0.01]), 0.2) == 0.2
+
+
+def test_step_rule_floor_for_overwhelming_noise():
+    step = largest_step_within_noise_bound(sgld_share, np.array([1e9]), 0.2, smallest=1e-4)
+    assert step == pytest.approx(0.2 * 1e-4)
