@@ -36,7 +36,7 @@ import scipy.optimize
 import scipy.sparse
 from pymc.data import MinibatchOp
 from pymc.distributions.shape_utils import change_dist_size
-from pymc.logprob.utils import replace_rvs_by_values
+from pymc.logprob.utils import ParameterValueError, replace_rvs_by_values
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.gradient import grad, pushforward
 from pytensor.graph.basic import Constant, Variable
@@ -629,8 +629,12 @@ class MinibatchModel:
         else:
             theta = _lbfgs(self._full_negative_logp, theta, maxiter, self.n_rows)
             n_eval = maxiter  # an upper bound: scipy does not report it through _lbfgs
-        loglik, loglik_grad = self.full_loglik_grad(theta)
-        prior_lp, prior_grad = self.prior_logp_grad(theta)
+        try:
+            loglik, loglik_grad = self.full_loglik_grad(theta)
+            prior_lp, prior_grad = self.prior_logp_grad(theta)
+        except ParameterValueError:  # ended where a parameter left its support: no mode
+            nan = np.full(self.dim, np.nan)
+            return MapResult(theta, -math.inf, nan, -math.inf, np.ones(self.dim), n_eval + 1)
         lp, grad_lp = loglik + prior_lp, loglik_grad + prior_grad
         if self.dim <= DENSE_HESSIAN_MAX_DIM:
             if loglik_hess is None:
@@ -685,7 +689,9 @@ class MinibatchModel:
     ) -> tuple[np.ndarray, int]:
         """Full-data Newton iterations with a fixed (approximate) precision matrix."""
         n_eval = 1
-        lp, g = self.full_logp_grad(theta)
+        lp, g = self._checked_logp_grad(theta)
+        if not np.isfinite(lp):
+            return theta, n_eval
         try:
             factor = scipy.linalg.cho_factor(precision)
         except np.linalg.LinAlgError:
@@ -699,7 +705,7 @@ class MinibatchModel:
             if float(g @ step) < 1e-12 or not np.all(np.isfinite(step)):
                 break
             for _halving in range(30):
-                new_lp, new_g = self.full_logp_grad(theta + step)
+                new_lp, new_g = self._checked_logp_grad(theta + step)
                 n_eval += 1
                 if np.isfinite(new_lp) and new_lp >= lp - 1e-9 * abs(lp):
                     break
@@ -708,6 +714,13 @@ class MinibatchModel:
                 break
             theta, lp, g = theta + step, new_lp, new_g
         return theta, n_eval
+
+    def _checked_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`full_logp_grad`, with ``-inf`` where a parameter leaves its support."""
+        try:
+            return self.full_logp_grad(theta)
+        except ParameterValueError:
+            return -math.inf, np.full(self.dim, np.nan)
 
     def map_estimate(self) -> MapResult:
         """:meth:`find_map` from the model's initial point, computed once and shared.
@@ -853,7 +866,10 @@ def _lbfgs(negative_logp, theta: np.ndarray, maxiter: int, n_rows: int) -> np.nd
     """L-BFGS-B on ``negative_logp(theta) -> (value, grad)``; non-finite values are walls."""
 
     def guarded(x):
-        value, g = negative_logp(x)
+        try:
+            value, g = negative_logp(x)
+        except ParameterValueError:  # a parameter left its support (e.g. a scale underflowed)
+            return np.inf, np.zeros_like(x)
         if not np.isfinite(value) or not np.all(np.isfinite(g)):
             return np.inf, np.zeros_like(x)
         return value, g

@@ -613,3 +613,106 @@ def test_two_observed_variables_sharing_rows():
     g_scale = sum(np.abs(layer.row_gradients(theta, r)).sum(0) for r in layer.rows.chunks(40_000))
     assert_close(lp, want_lp, scale=magnitude, what="two-likelihood logp")
     assert_close(g, want_g, scale=g_scale, what="two-likelihood gradient")
+
+
+# ---------------------------------------------------------------------- second-order CVs
+def _second_order_estimate(layer, theta, rows, anchor):
+    _, first, row_curv = layer.estimate_second_order_parts(theta, rows, anchor)
+    return anchor.second_order(theta, first, row_curv)
+
+
+def test_second_order_estimate_is_exact_for_a_gaussian_linear_model():
+    """y ~ N(X b, 1): every row's log-likelihood is quadratic, so the second-order estimate
+    has no noise at all: any minibatch gives the full-data gradient (to rounding)."""
+    rng = np.random.default_rng(40)
+    x = rng.standard_normal((3_000, 3))
+    y = x @ np.array([1.0, -0.5, 0.2]) + rng.standard_normal(3_000)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        pm.Normal("y", pm.math.dot(x, b), 1.0, observed=y)
+    layer = pmb.MinibatchModel(model)
+    anchor = layer.map_anchor()
+    theta = anchor.theta + np.array([0.3, -0.2, 0.5])
+    _, full = layer.full_logp_grad(theta)
+    for seed in range(3):
+        rows = layer.take_rows(np.random.default_rng(seed).choice(3_000, 50, replace=False))
+        estimate = _second_order_estimate(layer, theta, rows, anchor)
+        assert_close(estimate, full, scale=np.abs(full).max() + 1.0, what="second order")
+        first = layer.estimate_grad(theta, rows, anchor)
+        assert np.abs(first - full).max() > 1e-3  # first order is noisy here
+
+
+def test_second_order_estimate_is_unbiased_on_a_partition(small_logistic_layer):
+    """Logistic rows are not quadratic; averaged over the blocks of a partition of the rows
+    (each block scaled by N/n) the estimate equals the full-data gradient exactly, also with
+    the anchor moved away from the curvature point (as tuning's re-centring does)."""
+    layer = small_logistic_layer
+    m = layer.map_estimate()
+    anchor = layer.anchor_at(m.theta + 0.05, layer.map_anchor())
+    assert np.array_equal(anchor.curvature_point, m.hessian_point)
+    theta = m.theta + np.array([0.2, -0.1, 0.15])
+    _, full = layer.full_logp_grad(theta)
+    blocks = index_blocks(layer.n_rows, [1_000] * 5, seed=3)
+    mean = np.mean(
+        [_second_order_estimate(layer, theta, layer.take_rows(b), anchor) for b in blocks], axis=0
+    )
+    assert_close(mean, full, scale=np.abs(full).max() + 1.0, what="second-order partition mean")
+
+
+@pytest.fixture(scope="module")
+def small_logistic_layer():
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((5_000, 3))
+    y = rng.binomial(1, 1 / (1 + np.exp(-x @ np.array([0.5, -1.0, 0.3]))))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
+    return pmb.MinibatchModel(model)
+
+
+# ---------------------------------------------------------------------- MAP usability
+def test_regular_model_has_a_usable_mode(small_logistic_layer):
+    fit = small_logistic_layer.map_estimate()
+    assert fit.problem is None and fit.newton_decrement < 1e-6 and fit.min_curvature > 0
+
+
+def test_centred_hierarchical_model_without_a_mode_is_detected():
+    """Centred a_g ~ N(mu, tau) with 2 rows per group: the density grows without bound as
+    tau -> 0 with every a_g = mu, so the search ends at no mode and says so."""
+    rng = np.random.default_rng(42)
+    groups = np.repeat(np.arange(30), 2)
+    y = rng.normal(0.0, 1.0, size=60)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        a = pm.Normal("a", mu, tau, shape=30)
+        pm.Normal("y", a[groups], 1.0, observed=y)
+    fit = pmb.MinibatchModel(model).find_map()
+    assert fit.problem is not None
+
+
+def test_large_models_get_a_diagonal_curvature(monkeypatch, small_logistic_layer):
+    """Beyond DENSE_HESSIAN_MAX_DIM no d x d matrix is built: L-BFGS on the full data and a
+    Hutchinson diagonal (checked here against the dense Hessian's diagonal)."""
+    import pymc_bigdata.layer as layer_module
+
+    layer = small_logistic_layer
+    dense = layer.map_estimate()
+    monkeypatch.setattr(layer_module, "DENSE_HESSIAN_MAX_DIM", 2)
+    fit = layer.find_map()
+    assert fit.loglik_hessian is None and fit.hessian.shape == (3,)
+    assert_close(fit.theta, dense.theta, scale=1.0, rtol=1e-4, what="L-BFGS MAP")
+    np.testing.assert_allclose(fit.hessian, np.diag(dense.hessian), rtol=0.5)
+
+
+def test_set_data_makes_the_layer_stale():
+    x = np.random.default_rng(43).standard_normal((200, 2))
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        pm.Normal("y", pm.math.dot(xd, b), 1.0, observed=x[:, 0])
+    layer = pmb.MinibatchModel(model)
+    assert layer.data_is_current()
+    with model:
+        pm.set_data({"x": x + 1.0})
+    assert not layer.data_is_current()

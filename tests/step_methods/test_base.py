@@ -187,3 +187,74 @@ def test_keyboard_interrupt_keeps_the_draws_so_far(small_logistic):
         )
     assert 0 < idata.posterior.sizes["draw"] < 50
     assert np.isfinite(idata.posterior["beta"].values).all()
+
+
+def test_sgld_blow_up_is_a_divergence(small_logistic):
+    """step_size=1e3 makes SGLD explode geometrically (finite but astronomically large at
+    first): the log-density fall marks it diverging, with a warning; draws stay finite."""
+    model, _ = small_logistic
+    step = _step(pmb.SGLD, small_logistic, step_size=1e3, inner_steps=3)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=step, chains=1, random_seed=5, **SAMPLE_KW)
+    stats = idata.sample_stats
+    assert stats["diverging"].values.mean() > 0.5
+    assert np.abs(idata.posterior["beta"].values).max() < 100
+    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+
+
+def test_set_data_after_building_a_step_is_refused():
+    """pm.set_data after the step read the rows: sampling refuses (never stale rows/anchor)."""
+    x = np.random.default_rng(44).standard_normal((500, 2))
+    y = (x[:, 0] > 0).astype(int)
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(xd, b), observed=y)
+        step = pmb.SGLD(batch_size=100)
+        pm.set_data({"x": -x})
+        with pytest.raises(pmb.StaleDataError, match="set_data"):
+            pm.sample(step=step, chains=1, random_seed=1, **SAMPLE_KW)
+
+
+def test_tuning_adapts_then_freezes(small_logistic):
+    """Step size, preconditioner and anchor change during tuning (windows) and are constant
+    over the kept draws; chains start afresh (same first tuning state per chain)."""
+    model, layer = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    with model:
+        idata = pm.sample(
+            step=step,
+            chains=1,
+            random_seed=12,
+            tune=200,
+            draws=50,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    kept = idata.sample_stats["step_size"].values[0]
+    assert np.all(kept == kept[0])
+    assert not np.array_equal(step.precond.center, layer.map_estimate().theta)  # re-centred
+    assert not np.array_equal(step.anchor.theta, layer.map_estimate().theta)
+    step.reset_tuning()
+    np.testing.assert_array_equal(step.anchor.theta, layer.map_estimate().theta)
+
+
+def test_map_without_mode_warns_and_still_samples():
+    """A centred hierarchical model whose MAP search slides to tau -> 0: a ModeWarning that
+    names the problem and the fix, then tuning anchors where the draws are."""
+    rng = np.random.default_rng(45)
+    groups = np.repeat(np.arange(20), 5)
+    y = rng.normal(0.0, 1.0, size=100)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        a = pm.Normal("a", mu, tau, shape=20)
+        pm.Normal("y", a[groups], 1.0, observed=y)
+        with pytest.warns(pmb.ModeWarning, match="non-centred"):
+            step = pmb.SGLD(batch_size=50)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=step, chains=1, random_seed=2, **SAMPLE_KW)
+    assert np.isfinite(idata.posterior["tau"].values).all()
