@@ -31,7 +31,9 @@ def test_no_windows_for_short_tuning():
 
 @pytest.mark.parametrize("dense", [True, False])
 def test_running_moments_match_numpy(dense):
-    x = np.random.default_rng(0).standard_normal((50, 3)) @ np.array([[1, 0.5, 0], [0, 1, 0], [0, 0, 2]])
+    x = np.random.default_rng(0).standard_normal((50, 3)) @ np.array(
+        [[1, 0.5, 0], [0, 1, 0], [0, 0, 2]]
+    )
     moments = RunningMoments(3, dense=dense)
     for row in x:
         moments.add(row)

@@ -207,7 +207,7 @@ def test_set_data_after_building_a_step_is_refused():
     """pm.set_data after the step read the rows: sampling refuses (never stale rows/anchor)."""
     x = np.random.default_rng(44).standard_normal((500, 2))
     y = (x[:, 0] > 0).astype(int)
-    with pm.Model() as model:
+    with pm.Model():
         xd = pm.Data("x", x)
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(xd, b), observed=y)
@@ -247,7 +247,7 @@ def test_map_without_mode_warns_and_still_samples():
     rng = np.random.default_rng(45)
     groups = np.repeat(np.arange(20), 5)
     y = rng.normal(0.0, 1.0, size=100)
-    with pm.Model() as model:
+    with pm.Model():
         mu = pm.Normal("mu", 0.0, 5.0)
         tau = pm.HalfNormal("tau", 1.0)
         a = pm.Normal("a", mu, tau, shape=20)

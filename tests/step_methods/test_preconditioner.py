@@ -16,6 +16,7 @@ def test_maps_are_inverse_and_chain_rule_holds(kind):
     pre = Preconditioner.from_precision(CENTER, PRECISION, kind)
     z = np.array([0.3, -0.7])
     np.testing.assert_allclose(pre.z(pre.theta(z)), z)
+
     # log p(theta) = -theta^T P theta / 2: grad_z = L^T grad_theta, checked by finite differences
     def logp_z(zz):
         t = pre.theta(zz)
