@@ -314,31 +314,33 @@ class MinibatchModel:
         return self._compile([self.theta, *self.row_inputs], [total, grad(total, self.theta)])
 
     @cached_property
-    def _scale(self) -> pt.TensorVariable:
-        return pt.scalar("scale", dtype="float64")
+    def _weights(self) -> pt.TensorVariable:
+        """Per-row weights of a minibatch sum (N/n for a uniform sample)."""
+        return pt.vector("row_weights", dtype="float64")
 
     @cached_property
     def _anchor_row_logp_graph(self) -> pt.TensorVariable:
         return clone_replace(self.row_logp_graph, {self.theta: self.anchor})
 
     def _estimate_graph(self, control_variates: bool) -> pt.TensorVariable:
-        """prior + (N/n) sum_i l_i, or with control variates prior + (N/n) sum_i [l_i - l_i*]."""
-        rows_sum = self.row_logp_graph.sum()
+        """prior + sum_i w_i l_i, or with control variates prior + sum_i w_i [l_i - l_i*]."""
+        rows = self.row_logp_graph
         if control_variates:
-            rows_sum = rows_sum - self._anchor_row_logp_graph.sum()
-        return self.prior_graph + self._scale * rows_sum
+            rows = rows - self._anchor_row_logp_graph
+        return self.prior_graph + (self._weights * rows).sum()
 
     def _estimate_grad_graph(self, control_variates: bool) -> pt.TensorVariable:
-        g = grad(self.prior_graph, self.theta) + self._scale * grad(
-            self.row_logp_graph.sum(), self.theta
+        weights = self._weights
+        g = grad(self.prior_graph, self.theta) + grad(
+            (weights * self.row_logp_graph).sum(), self.theta
         )
         if control_variates:
-            g = g - self._scale * grad(self._anchor_row_logp_graph.sum(), self.anchor)
+            g = g - grad((weights * self._anchor_row_logp_graph).sum(), self.anchor)
         return g
 
     def _estimate_inputs(self, control_variates: bool) -> list[pt.TensorVariable]:
         anchor = [self.anchor] if control_variates else []
-        return [self.theta, *anchor, *self.row_inputs, self._scale]
+        return [self.theta, *anchor, *self.row_inputs, self._weights]
 
     @cached_property
     def _grad_fn(self):
@@ -372,17 +374,13 @@ class MinibatchModel:
 
     @cached_property
     def _cv2_parts_fn(self):
-        """First-order CV value and gradient, and ``scale * sum_i H_i(theta_h) (theta - theta*)``
+        """First-order CV value and gradient, and ``sum_i w_i H_i(theta_h) (theta - theta*)``
         on the same rows (the minibatch part of the second-order correction)."""
         at_h = clone_replace(self.row_logp_graph, {self.theta: self._curvature_point})
-        grad_at_h = grad(at_h.sum(), self._curvature_point)
+        grad_at_h = grad((self._weights * at_h).sum(), self._curvature_point)
         hvp = pushforward(grad_at_h, self._curvature_point, self.theta - self.anchor)
-        outputs = [
-            self._estimate_graph(True),
-            self._estimate_grad_graph(True),
-            self._scale * hvp,
-        ]
-        inputs = [self.theta, self.anchor, self._curvature_point, *self.row_inputs, self._scale]
+        outputs = [self._estimate_graph(True), self._estimate_grad_graph(True), hvp]
+        inputs = [self.theta, self.anchor, self._curvature_point, *self.row_inputs, self._weights]
         return self._compile(inputs, outputs)
 
     @cached_property
@@ -447,25 +445,41 @@ class MinibatchModel:
         lp, g = self._loglik_grad_fn(theta, *rows)
         return float(lp), g
 
+    def uniform_weights(self, n: int) -> np.ndarray:
+        """``N/n`` for each of ``n`` rows: the weights of a uniform minibatch."""
+        return np.full(n, self.n_rows / n)
+
     def estimate_logp_grad(
-        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+        weights: np.ndarray | None = None,
     ) -> tuple[float, np.ndarray]:
-        """:meth:`estimate_logp` and :meth:`estimate_grad` from one compiled call."""
-        scale = np.array(self.n_rows / len(rows[0]))
+        """:meth:`estimate_logp` and :meth:`estimate_grad` from one compiled call.
+
+        ``weights`` (default ``N/n`` each) are the rows' inverse inclusion probabilities; a
+        census row (always included) has weight 1.
+        """
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
         if anchor is None:
-            lp, g = self._logp_grad_est_fn(theta, *rows, scale)
+            lp, g = self._logp_grad_est_fn(theta, *rows, weights)
             return float(lp), g
-        lp, g = self._cv_logp_grad_fn(theta, anchor.theta, *rows, scale)
+        lp, g = self._cv_logp_grad_fn(theta, anchor.theta, *rows, weights)
         return float(lp) + anchor.loglik, g + anchor.loglik_grad
 
     def estimate_second_order_parts(
-        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        weights: np.ndarray | None = None,
     ) -> tuple[float, np.ndarray, np.ndarray]:
         """First-order control-variate estimates and the second-order correction's pieces.
 
         Returns ``(logp, grad_first, row_curvature)``: ``grad_first`` is the first-order
         estimate :meth:`estimate_grad` with ``anchor``, and ``row_curvature`` is
-        ``(N/n) sum_i H_i(theta_h) (theta - theta*)`` over the given rows, where ``H_i`` is
+        ``sum_i w_i H_i(theta_h) (theta - theta*)`` over the given rows, where ``H_i`` is
         row i's log-likelihood Hessian at the anchor's curvature point ``theta_h``.  The
         second-order (Taylor) estimate is
         ``grad_first - row_curvature + anchor.loglik_hessian @ (theta - theta*)``
@@ -474,9 +488,9 @@ class MinibatchModel:
         """
         if anchor.loglik_hessian is None:
             raise ValueError("This anchor has no curvature (loglik_hessian) for second order.")
-        scale = np.array(self.n_rows / len(rows[0]))
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
         lp, g, row_curvature = self._cv2_parts_fn(
-            theta, anchor.theta, anchor.curvature_point, *rows, scale
+            theta, anchor.theta, anchor.curvature_point, *rows, weights
         )
         return float(lp) + anchor.loglik, g + anchor.loglik_grad, row_curvature
 
@@ -490,19 +504,19 @@ class MinibatchModel:
         (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``, whose variance vanishes as
         ``theta -> theta*``.
         """
-        scale = np.array(self.n_rows / len(rows[0]))
+        weights = self.uniform_weights(len(rows[0]))
         if anchor is None:
-            return self._grad_fn(theta, *rows, scale)
-        return self._cv_grad_fn(theta, anchor.theta, *rows, scale) + anchor.loglik_grad
+            return self._grad_fn(theta, *rows, weights)
+        return self._cv_grad_fn(theta, anchor.theta, *rows, weights) + anchor.loglik_grad
 
     def estimate_logp(
         self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
     ) -> float:
         """Unbiased minibatch estimate of the log posterior (with control variates if anchored)."""
-        scale = np.array(self.n_rows / len(rows[0]))
+        weights = self.uniform_weights(len(rows[0]))
         if anchor is None:
-            return float(self._logp_est_fn(theta, *rows, scale))
-        return float(self._cv_logp_est_fn(theta, anchor.theta, *rows, scale)) + anchor.loglik
+            return float(self._logp_est_fn(theta, *rows, weights))
+        return float(self._cv_logp_est_fn(theta, anchor.theta, *rows, weights)) + anchor.loglik
 
     def row_logp(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Per-row log-likelihood terms ``l_i(theta)``, shape (n,)."""
@@ -517,6 +531,25 @@ class MinibatchModel:
     def row_gradients(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients ``grad l_i(theta)``, shape (n, d)."""
         return self._row_grads_fn(theta, *rows)
+
+    def row_influence(self, theta: np.ndarray, directions: list[np.ndarray]) -> np.ndarray:
+        """How much each row's gradient moves along typical steps away from ``theta``.
+
+        ``mean_k |D_v l_i(theta + v_k) - D_v l_i(theta)|`` over the given directions ``v_k``
+        (typical posterior displacements, e.g. ``L u`` with ``u ~ N(0, I)``): the size of
+        row i's first-order control-variate residual, in log-density units.  Rows whose
+        value is far above the mean dominate a uniform minibatch's gradient noise.
+        Two forward passes per direction over the full data, chunked.
+        """
+        out = np.zeros(self.n_rows)
+        for v in directions:
+            start = 0
+            for rows in self.rows.chunks(self.chunk_rows):
+                moved = self.row_directional_derivatives(theta + v, v, rows)
+                here = self.row_directional_derivatives(theta, v, rows)
+                out[start : start + len(here)] += np.abs(moved - here)
+                start += len(here)
+        return out / max(len(directions), 1)
 
     def loglik_hvp(
         self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]

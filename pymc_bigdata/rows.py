@@ -99,6 +99,8 @@ class RowIndexSampler:
     reshuffle
         Without replacement: disjoint minibatches along random permutations (True) or
         independent minibatches (False).
+    exclude
+        Row indices never drawn (a census stratum the caller always includes itself).
     """
 
     def __init__(
@@ -108,8 +110,17 @@ class RowIndexSampler:
         rng: np.random.Generator,
         replace: bool = False,
         reshuffle: bool = True,
+        exclude: np.ndarray | None = None,
     ):
         check_batch_size(batch_size, n_rows)
+        #: rows that may be drawn (all but ``exclude``), or None for all
+        self._pool = None
+        if exclude is not None and len(exclude):
+            keep = np.ones(n_rows, dtype=bool)
+            keep[exclude] = False
+            self._pool = np.flatnonzero(keep)
+            n_rows = len(self._pool)
+            check_batch_size(batch_size, n_rows)
         self.n_rows = int(n_rows)
         self.batch_size = int(batch_size)
         self.replace = bool(replace)
@@ -126,6 +137,11 @@ class RowIndexSampler:
 
     def draw(self) -> np.ndarray:
         """Return the row indices of the next minibatch."""
+        if self._pool is None:
+            return self._draw_positions()
+        return np.take(self._pool, self._draw_positions())
+
+    def _draw_positions(self) -> np.ndarray:
         if self.replace:
             return self.rng.integers(0, self.n_rows, size=self.batch_size)
         if not self.reshuffle:

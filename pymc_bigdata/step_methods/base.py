@@ -58,6 +58,20 @@ MEASURE_EVERY = 10
 #: most transitions per draw the automatic rule may choose (noise-limited step sizes)
 MAX_INNER_STEPS = 100
 
+#: rows whose influence (control-variate residual size) exceeds this multiple of the mean
+#: are a census stratum, included in every minibatch with weight 1
+CENSUS_FACTOR = 20.0
+
+#: random displacements used to measure row influence
+CENSUS_DIRECTIONS = 4
+
+#: in tuning, every this many draws a block with a divergence or a kinetic temperature (or
+#: virial) above HOT_TEMPERATURE (or 4 sd of a block mean, if more) halves the step size:
+#: the dynamics met curvature beyond what the step size is stable for (e.g. a likelihood
+#: wall in a skewed tail)
+STABILITY_BLOCK = 25
+HOT_TEMPERATURE = 1.5
+
 #: second order is chosen when its worst noise variance is below this fraction of first
 #: order's and first order's would limit the step size
 SECOND_ORDER_GAIN = 0.5
@@ -94,6 +108,12 @@ class SubsamplingStep(ArrayStepShared):
         Adapt the preconditioner, the anchor and the step size in tuning (default True).
     noise_bound
         Largest share of the stationary variance the gradient noise may feed (0.05).
+    census
+        Find the rows whose gradients move far more than the others' along typical
+        displacements (``CENSUS_FACTOR`` times the mean influence; e.g. the rows of a rare
+        feature or a tiny group) and include them in every minibatch with weight 1, the other
+        rows being subsampled with weight ``(N - C) / n`` (stratified sampling: unbiased, and
+        those rows add no noise). At most ``batch_size // 2`` rows.
     replace
         Draw minibatch rows with replacement (default: without).
     reshuffle
@@ -137,6 +157,7 @@ class SubsamplingStep(ArrayStepShared):
         control_variates: bool | str = True,
         adapt: bool = True,
         noise_bound: float = NOISE_SHARE_BOUND,
+        census: bool = True,
         replace: bool = False,
         reshuffle: bool | None = None,
         layer: MinibatchModel | None = None,
@@ -176,14 +197,21 @@ class SubsamplingStep(ArrayStepShared):
         if inner_steps is not None:
             self._check_inner_steps(inner_steps)
         self._set_up_laplace()
+        self.census = self._find_census(census)
         self.step_size = self._check_step_size(step_size)
         self.inner_steps = self._check_inner_steps(inner_steps)
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = RowIndexSampler(
-            n_rows, self.batch_size, self.rng, replace=self.replace, reshuffle=self.reshuffle
+            n_rows,
+            self.batch_size,
+            self.rng,
+            replace=self.replace,
+            reshuffle=self.reshuffle,
+            exclude=self.census,
         )
+        self._set_up_weights()
         self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()
 
@@ -222,6 +250,44 @@ class SubsamplingStep(ArrayStepShared):
         self.cv_order = {"none": 0, "first": 1, "second": 2, "auto": 2 if has_curvature else 1}[
             self.cv_mode
         ]
+
+    def _find_census(self, enabled: bool) -> np.ndarray:
+        """Indices of the census stratum (empty when no row stands out)."""
+        layer = self.layer
+        if not enabled or self.batch_size >= layer.n_rows or self.cv_mode == "none":
+            return np.empty(0, dtype=np.int64)
+        rng = np.random.default_rng(20260611)  # set-up, not sampling: the same for every chain
+        directions = [
+            self.laplace.theta(rng.standard_normal(layer.dim)) - self.laplace.center
+            for _ in range(CENSUS_DIRECTIONS)
+        ]
+        with np.errstate(all="ignore"):
+            influence = layer.row_influence(self.anchor.theta, directions)
+        influence = np.where(np.isfinite(influence), influence, np.inf)
+        threshold = CENSUS_FACTOR * float(np.mean(influence[np.isfinite(influence)]))
+        heavy = np.flatnonzero(influence > threshold)
+        cap = self.batch_size // 2
+        if len(heavy) > cap:
+            heavy = heavy[np.argsort(influence[heavy])[::-1][:cap]]
+        return np.sort(heavy)
+
+    def _set_up_weights(self) -> None:
+        """Census rows (gathered once) and the weights of a minibatch and of its halves."""
+        n_census, n = len(self.census), self.batch_size
+        self._census_rows = self.layer.take_rows(self.census) if n_census else None
+        rest = self.layer.n_rows - n_census
+        ones = np.ones(n_census)
+        half = n // 2
+        self._weights = np.concatenate([ones, np.full(n, rest / n)])
+        self._half_weights = (
+            np.concatenate([ones, np.full(half, rest / max(half, 1))]),
+            np.concatenate([ones, np.full(n - half, rest / max(n - half, 1))]),
+        )
+
+    def _with_census(self, rows: list[np.ndarray]) -> list[np.ndarray]:
+        if self._census_rows is None:
+            return rows
+        return [np.concatenate([c, r]) for c, r in zip(self._census_rows, rows)]
 
     def _fallback_anchor(self, center: np.ndarray) -> tuple[Anchor, np.ndarray]:
         """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
@@ -317,6 +383,9 @@ class SubsamplingStep(ArrayStepShared):
         self._last_theta: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
         self._lp_track = _LogDensityTrack()
+        self._stability = 1.0
+        self._block_hot: list[float] = []
+        self._block_diverged = False
         self._eval_z = self._eval_grad = None
         self._eval_lp = math.nan
         self._measure_noise = False
@@ -345,25 +414,27 @@ class SubsamplingStep(ArrayStepShared):
         """
         theta = self.precond.theta(z)
         rows = self.layer.take_rows(self._rows.draw())
-        self._rows_touched += self.batch_size
+        self._rows_touched += self.batch_size + len(self.census)
         try:
             if self._measure_noise and self.batch_size >= 2:
                 self._measure_noise = False
                 lp, g_theta = self._measured_gradient(theta, rows)
             else:
-                lp, g_theta = self._gradient(theta, rows)
+                lp, g_theta = self._gradient(theta, self._with_census(rows), self._weights)
         except ParameterValueError:  # a parameter left its support (e.g. p = NaN): diverging
             lp, g_theta = -math.inf, np.full(self.layer.dim, np.nan)
         g = self.precond.grad_z(g_theta)
         self._eval_z, self._eval_lp, self._eval_grad = z, lp, g
         return g
 
-    def _gradient(self, theta: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:
+    def _gradient(
+        self, theta: np.ndarray, rows: list[np.ndarray], weights: np.ndarray
+    ) -> tuple[float, np.ndarray]:
         anchor = self.anchor
         if self.cv_order == 2:
-            lp, g, row_curv = self.layer.estimate_second_order_parts(theta, rows, anchor)
+            lp, g, row_curv = self.layer.estimate_second_order_parts(theta, rows, anchor, weights)
             return lp, anchor.second_order(theta, g, row_curv)
-        return self.layer.estimate_logp_grad(theta, rows, anchor)
+        return self.layer.estimate_logp_grad(theta, rows, anchor, weights)
 
     def _measured_gradient(
         self, theta: np.ndarray, rows: list[np.ndarray]
@@ -371,14 +442,20 @@ class SubsamplingStep(ArrayStepShared):
         """The minibatch estimate as the weighted mean of its two halves' estimates; the
         halves' difference gives ``Var(estimate) = E[(g_a - g_b)^2] / 4`` (n/2 rows each)."""
         if self.noise_measurement == "fisher":
-            lp, g = self._gradient(theta, rows)
+            lp, g = self._gradient(theta, self._with_census(rows), self._weights)
             self._noise.add(self._fisher_noise_var(theta, rows), None)
             return lp, g
         half = self.batch_size // 2
-        halves = ([r[:half] for r in rows], [r[half:] for r in rows])
+        halves = [
+            self._with_census([r[:half] for r in rows]),
+            self._with_census([r[half:] for r in rows]),
+        ]
         w_a = half / self.batch_size
+        pairs = list(zip(halves, self._half_weights))
         if self._second_order_available:
-            parts = [self.layer.estimate_second_order_parts(theta, h, self.anchor) for h in halves]
+            parts = [
+                self.layer.estimate_second_order_parts(theta, h, self.anchor, w) for h, w in pairs
+            ]
             (lp_a, first_a, curv_a), (lp_b, first_b, curv_b) = parts
             second_a = self.anchor.second_order(theta, first_a, curv_a)
             second_b = self.anchor.second_order(theta, first_b, curv_b)
@@ -386,7 +463,7 @@ class SubsamplingStep(ArrayStepShared):
             chosen = (second_a, second_b) if self.cv_order == 2 else (first_a, first_b)
         else:
             (lp_a, g_a), (lp_b, g_b) = [
-                self.layer.estimate_logp_grad(theta, h, self.anchor) for h in halves
+                self.layer.estimate_logp_grad(theta, h, self.anchor, w) for h, w in pairs
             ]
             self._noise.add(self._z_var(g_a - g_b), None)
             chosen = (g_a, g_b)
@@ -407,7 +484,7 @@ class SubsamplingStep(ArrayStepShared):
         if self.anchor is not None:
             per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
         per_row_z = self.precond.grad_z_rows(per_row)
-        n, big_n = self.batch_size, self.layer.n_rows
+        n, big_n = self.batch_size, self.layer.n_rows - len(self.census)
         finite_population = 1.0 if self.replace else 1.0 - n / big_n
         return per_row_z.var(axis=0, ddof=1) * big_n**2 / n * finite_population
 
@@ -435,9 +512,11 @@ class SubsamplingStep(ArrayStepShared):
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, diverging)
         self._draw_index += 1
-        if self.tune and self.adapt and not diverging:
-            self._adapt(theta)
-            z = self.precond.z(theta)  # the coordinates may have changed
+        if self.tune and self.adapt:
+            self._watch_stability(diverging, stats["virial"])
+            if not diverging:
+                self._adapt(theta)
+                z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
@@ -485,7 +564,7 @@ class SubsamplingStep(ArrayStepShared):
 
     def _on_divergence(self) -> None:
         self._reset_kernel_state()
-        if not self._warned_divergence:
+        if not self._warned_divergence and not self.tune:  # tuning handles its own
             self._warned_divergence = True
             warnings.warn(
                 f"{type(self).__name__}: a non-finite value or a log-density drop of more "
@@ -520,6 +599,23 @@ class SubsamplingStep(ArrayStepShared):
         if index % 10 == 0 or index == self._terminal_start:
             self._adapt_step_size(final=False)
 
+    def _watch_stability(self, diverging: bool, virial: float) -> None:
+        """Halve the step size after a tuning block that diverged or ran hot."""
+        self._block_diverged |= diverging
+        kinetic = self._kinetic_temperature()
+        self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
+        if len(self._block_hot) < STABILITY_BLOCK:
+            return
+        temperature = float(np.nanmean(self._block_hot)) if self._block_hot else 1.0
+        # a block mean of 2K/d (chi-square_d / d per draw) has sd sqrt(2 / (d B))
+        spread = 4.0 * math.sqrt(2.0 / (self.layer.dim * STABILITY_BLOCK))
+        hot = self._block_diverged or temperature > max(HOT_TEMPERATURE, 1.0 + spread)
+        self._block_hot, self._block_diverged = [], False
+        if hot and not self._fixed_step:
+            self._stability *= 0.5
+            self._reset_kernel_state()
+            self._adapt_step_size(final=False)
+
     def _end_window(self) -> None:
         moments = self._moments
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
@@ -542,11 +638,13 @@ class SubsamplingStep(ArrayStepShared):
         if final and self._second_order_available and self.cv_mode == "auto":
             self.cv_order = self._choose_order()
         noise_var = self._noise.variance(self.cv_order)
-        if self._fixed_step or not noise_var.size:
+        if self._fixed_step:
             return
-        default = self.default_step()
-        self.step_size = largest_step_within_noise_bound(
-            self.noise_share, noise_var, default, self.noise_bound
+        default = self.default_step() * self._stability
+        self.step_size = (
+            largest_step_within_noise_bound(self.noise_share, noise_var, default, self.noise_bound)
+            if noise_var.size
+            else default
         )
         if not self._fixed_inner:
             self.inner_steps = min(self.default_inner(), MAX_INNER_STEPS)
@@ -555,7 +653,7 @@ class SubsamplingStep(ArrayStepShared):
         first, second = self._noise.variance(1), self._noise.variance(2)
         if not first.size or not second.size:
             return self.cv_order
-        default = self.default_step()
+        default = self.default_step() * self._stability
         limited = largest_step_within_noise_bound(
             self.noise_share, first, default, self.noise_bound
         )
