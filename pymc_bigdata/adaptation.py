@@ -30,14 +30,12 @@ __all__ = [
     "RunningMoments",
     "blend_covariance",
     "largest_step_within_noise_bound",
+    "rescale_laplace",
     "window_ends",
 ]
 
 #: largest share of the stationary variance the gradient noise may feed (per coordinate)
 NOISE_SHARE_BOUND = 0.05
-
-#: the Laplace covariance counts as this many draws when blended with a window's covariance
-LAPLACE_PRIOR_DRAWS = 10
 
 
 def window_ends(tune: int) -> tuple[int, list[int], int]:
@@ -91,15 +89,43 @@ class RunningMoments:
 def blend_covariance(
     sample_cov: np.ndarray, n_draws: int, prior_cov: np.ndarray, prior_draws: int
 ) -> np.ndarray:
-    """Shrink a window's covariance towards a prior guess (the Laplace covariance).
+    """Shrink a window's covariance towards a prior guess: ``(n S + k P) / (n + k)``.
 
-    ``(n S + k P) / (n + k)``: Stan shrinks towards a small multiple of the identity; the
-    Laplace covariance is a better target, right in scale and correlation when the posterior
-    is near-Gaussian, and ``k`` draws' worth of it keeps a short window's estimate positive
-    definite.
+    Used when the MAP is no mode (no Laplace fit to keep): ``P`` is the current
+    preconditioner's covariance and ``k`` draws' worth of it keeps a short window's estimate
+    positive definite (Stan shrinks towards a small multiple of the identity instead).
     """
     weight = n_draws / (n_draws + prior_draws)
     return weight * sample_cov + (1.0 - weight) * prior_cov
+
+
+#: a window's marginal variance replaces the Laplace one only when their log ratio exceeds
+#: this many standard errors (sqrt(2 / n) for n draws)
+RESCALE_Z = 3.0
+
+
+def rescale_laplace(laplace_cov: np.ndarray, sample_cov: np.ndarray, n_draws: int) -> np.ndarray:
+    """Keep the Laplace covariance's shape, correct the marginal scales the draws disagree on.
+
+    ``D C D`` with ``D_jj = sqrt(s_jj / c_jj)`` where the window's variance ``s_jj`` differs
+    from the Laplace ``c_jj`` by more than ``RESCALE_Z`` standard errors of a log variance
+    from ``n`` draws (``sqrt(2/n)``), else 1.  A near-Gaussian posterior keeps its exact
+    Laplace preconditioner (a dense covariance from a few hundred draws has eigenvalues off by
+    ``(1 +- sqrt(d/n))^2``, which would cost step size); a skewed coordinate wider or
+    narrower than its Laplace fit is rescaled.  ``laplace_cov``/``sample_cov`` may be dense or
+    diagonals.
+    """
+    laplace_var = np.diag(laplace_cov) if laplace_cov.ndim == 2 else laplace_cov
+    sample_var = np.diag(sample_cov) if sample_cov.ndim == 2 else sample_cov
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = np.log(sample_var / laplace_var)
+    significant = np.isfinite(log_ratio) & (
+        np.abs(log_ratio) > RESCALE_Z * np.sqrt(2.0 / max(n_draws, 1))
+    )
+    scale = np.where(significant, np.exp(0.5 * np.where(significant, log_ratio, 0.0)), 1.0)
+    if laplace_cov.ndim == 2:
+        return laplace_cov * np.outer(scale, scale)
+    return laplace_cov * scale**2
 
 
 def largest_step_within_noise_bound(

@@ -373,15 +373,33 @@ class MinibatchModel:
         return pt.vector("theta_curvature", dtype="float64")
 
     @cached_property
-    def _cv2_parts_fn(self):
-        """First-order CV value and gradient, and ``sum_i w_i H_i(theta_h) (theta - theta*)``
-        on the same rows (the minibatch part of the second-order correction)."""
+    def _cv2_graphs(self) -> tuple[list, list]:
+        """Inputs, and outputs (first-order CV value, gradient, and
+        ``sum_i w_i H_i(theta_h) (theta - theta*)``, the minibatch part of the second-order
+        correction) of the second-order estimate."""
         at_h = clone_replace(self.row_logp_graph, {self.theta: self._curvature_point})
         grad_at_h = grad((self._weights * at_h).sum(), self._curvature_point)
         hvp = pushforward(grad_at_h, self._curvature_point, self.theta - self.anchor)
         outputs = [self._estimate_graph(True), self._estimate_grad_graph(True), hvp]
-        inputs = [self.theta, self.anchor, self._curvature_point, *self.row_inputs, self._weights]
+        inputs = [
+            self.theta,
+            self.anchor,
+            self._curvature_point,
+            *self.row_inputs,
+            self._weights,
+        ]
+        return inputs, outputs
+
+    @cached_property
+    def _cv2_parts_fn(self):
+        inputs, outputs = self._cv2_graphs
         return self._compile(inputs, outputs)
+
+    @cached_property
+    def _cv2_grad_parts_fn(self):
+        """Without the value, which costs about as much as the gradient."""
+        inputs, outputs = self._cv2_graphs
+        return self._compile(inputs, outputs[1:])
 
     @cached_property
     def _row_logp_fn(self):
@@ -468,6 +486,20 @@ class MinibatchModel:
         lp, g = self._cv_logp_grad_fn(theta, anchor.theta, *rows, weights)
         return float(lp) + anchor.loglik, g + anchor.loglik_grad
 
+    def estimate_second_order_grad_parts(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        weights: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`estimate_second_order_parts` without the log-density value (cheaper)."""
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        g, row_curvature = self._cv2_grad_parts_fn(
+            theta, anchor.theta, anchor.curvature_point, *rows, weights
+        )
+        return g + anchor.loglik_grad, row_curvature
+
     def estimate_second_order_parts(
         self,
         theta: np.ndarray,
@@ -495,7 +527,11 @@ class MinibatchModel:
         return float(lp) + anchor.loglik, g + anchor.loglik_grad, row_curvature
 
     def estimate_grad(
-        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+        weights: np.ndarray | None = None,
     ) -> np.ndarray:
         """Unbiased minibatch estimate of the gradient of the log posterior.
 
@@ -504,7 +540,7 @@ class MinibatchModel:
         (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``, whose variance vanishes as
         ``theta -> theta*``.
         """
-        weights = self.uniform_weights(len(rows[0]))
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
         if anchor is None:
             return self._grad_fn(theta, *rows, weights)
         return self._cv_grad_fn(theta, anchor.theta, *rows, weights) + anchor.loglik_grad

@@ -31,11 +31,11 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.adaptation import (
-    LAPLACE_PRIOR_DRAWS,
     NOISE_SHARE_BOUND,
     RunningMoments,
     blend_covariance,
     largest_step_within_noise_bound,
+    rescale_laplace,
     window_ends,
 )
 from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
@@ -52,11 +52,19 @@ DENSE_PRECONDITIONER_MAX_DIM = 200
 #: a draw whose log-density estimate falls by more than this is a divergence (NUTS: 1000)
 LOGP_DROP_DIVERGENCE = 1000.0
 
+#: a position this many preconditioned sds from the centre is a blow-up (a divergence)
+BLOWUP_Z = 1e4
+
 #: after tuning, the gradient noise is measured on one transition every this many draws
 MEASURE_EVERY = 10
 
 #: most transitions per draw the automatic rule may choose (noise-limited step sizes)
 MAX_INNER_STEPS = 100
+
+#: the preconditioner's scales are re-estimated only when one draw spans at least this much
+#: dynamics time (step size x inner steps; the defaults give 2-3): a window of more
+#: correlated draws underestimates the posterior's spread
+MIN_TRAVEL = 1.0
 
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
@@ -388,6 +396,7 @@ class SubsamplingStep(ArrayStepShared):
         self._block_diverged = False
         self._eval_z = self._eval_grad = None
         self._eval_lp = math.nan
+        self._calls = 0
         self._measure_noise = False
         self._last_rows: list[np.ndarray] | None = None
         self._rows_touched = 0
@@ -408,33 +417,38 @@ class SubsamplingStep(ArrayStepShared):
     def grad_log_density(self, z: np.ndarray) -> np.ndarray:
         """Stochastic gradient of the log posterior in z coordinates (one fresh minibatch).
 
-        Records the log-density estimate and the point, for ``lp_est``, the divergence check
-        and the virial; on a measuring transition splits the minibatch in two halves whose
-        difference measures the estimator's noise (first and, when available, second order).
+        Records the point for the virial; on the draw's measuring transition (its last one,
+        every tuning draw and every ``measure_every`` draws after) splits the minibatch in two
+        halves whose difference measures the estimator's noise (first and, when available,
+        second order) and whose values give ``lp_est``; other transitions compute the
+        gradient alone (the log density costs as much again).
         """
         theta = self.precond.theta(z)
         rows = self.layer.take_rows(self._rows.draw())
         self._rows_touched += self.batch_size + len(self.census)
+        self._calls += 1
+        lp = math.nan
         try:
-            if self._measure_noise and self.batch_size >= 2:
+            if self._measure_noise and self._calls >= self.inner_steps and self.batch_size >= 2:
                 self._measure_noise = False
                 lp, g_theta = self._measured_gradient(theta, rows)
             else:
-                lp, g_theta = self._gradient(theta, self._with_census(rows), self._weights)
+                g_theta = self._gradient(theta, self._with_census(rows), self._weights)
         except ParameterValueError:  # a parameter left its support (e.g. p = NaN): diverging
-            lp, g_theta = -math.inf, np.full(self.layer.dim, np.nan)
+            g_theta = np.full(self.layer.dim, np.nan)
         g = self.precond.grad_z(g_theta)
         self._eval_z, self._eval_lp, self._eval_grad = z, lp, g
         return g
 
     def _gradient(
         self, theta: np.ndarray, rows: list[np.ndarray], weights: np.ndarray
-    ) -> tuple[float, np.ndarray]:
+    ) -> np.ndarray:
+        """The gradient estimate alone (the hot path)."""
         anchor = self.anchor
         if self.cv_order == 2:
-            lp, g, row_curv = self.layer.estimate_second_order_parts(theta, rows, anchor, weights)
-            return lp, anchor.second_order(theta, g, row_curv)
-        return self.layer.estimate_logp_grad(theta, rows, anchor, weights)
+            g, row_curv = self.layer.estimate_second_order_grad_parts(theta, rows, anchor, weights)
+            return anchor.second_order(theta, g, row_curv)
+        return self.layer.estimate_grad(theta, rows, anchor, weights)
 
     def _measured_gradient(
         self, theta: np.ndarray, rows: list[np.ndarray]
@@ -442,7 +456,11 @@ class SubsamplingStep(ArrayStepShared):
         """The minibatch estimate as the weighted mean of its two halves' estimates; the
         halves' difference gives ``Var(estimate) = E[(g_a - g_b)^2] / 4`` (n/2 rows each)."""
         if self.noise_measurement == "fisher":
-            lp, g = self._gradient(theta, self._with_census(rows), self._weights)
+            lp, g = self.layer.estimate_logp_grad(
+                theta, self._with_census(rows), self.anchor, self._weights
+            )
+            if self.cv_order == 2:  # value from first order; gradient as sampled
+                g = self._gradient(theta, self._with_census(rows), self._weights)
             self._noise.add(self._fisher_noise_var(theta, rows), None)
             return lp, g
         half = self.batch_size // 2
@@ -499,15 +517,22 @@ class SubsamplingStep(ArrayStepShared):
             z0 = self.precond.z(theta0)
             self._reset_kernel_state()
         self._rows_touched = 0
+        self._calls = 0
+        self._eval_lp = math.nan
         self._measure_noise = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
             z, finite = self._transitions(z0)
         lp = self._eval_lp
-        diverging = not finite or not np.isfinite(lp) or self._lp_track.dropped(lp)
+        diverging = (
+            not finite
+            or float(np.max(np.abs(z))) > BLOWUP_Z
+            or lp == -math.inf
+            or self._lp_track.dropped(lp)
+        )
         if diverging:
             self._on_divergence()
-            z, lp = z0, self._lp_track.last
-        else:
+            z, lp = z0, math.nan
+        elif math.isfinite(lp):
             self._lp_track.add(lp)
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, diverging)
@@ -596,7 +621,7 @@ class SubsamplingStep(ArrayStepShared):
         if self._windows and index == self._windows[0]:
             self._windows.pop(0)
             self._end_window()
-        if index % 10 == 0 or index == self._terminal_start:
+        if index in (2, 5) or index % 10 == 0 or index == self._terminal_start:
             self._adapt_step_size(final=False)
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
@@ -621,9 +646,14 @@ class SubsamplingStep(ArrayStepShared):
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
         if moments.count < 3:
             return
-        prior_cov = self.laplace.covariance()
-        k = LAPLACE_PRIOR_DRAWS if self.map_problem is None else 1
-        cov = blend_covariance(moments.covariance(), moments.count, prior_cov, k)
+        if self.map_problem is None and self.step_size * self.inner_steps < MIN_TRAVEL:
+            cov = self.precond.covariance()  # draws too correlated to judge the scales
+        elif self.map_problem is None:
+            cov = rescale_laplace(self.laplace.covariance(), moments.covariance(), moments.count)
+        else:  # no Laplace fit worth keeping: the draws' own covariance
+            cov = blend_covariance(
+                moments.covariance(), moments.count, self.precond.covariance(), 1
+            )
         self.precond = Preconditioner.from_covariance(
             moments.mean, cov, self.precond.kind, self.laplace
         )
@@ -633,9 +663,8 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_kernel_state()
 
     def _adapt_step_size(self, final: bool) -> None:
-        """Step size (and inner steps) from the measured noise; at the end of tuning also
-        the control-variate order."""
-        if final and self._second_order_available and self.cv_mode == "auto":
+        """Control-variate order, step size and inner steps from the measured noise."""
+        if self._second_order_available and self.cv_mode == "auto":
             self.cv_order = self._choose_order()
         noise_var = self._noise.variance(self.cv_order)
         if self._fixed_step:
@@ -686,7 +715,7 @@ class _LogDensityTrack:
         self._var = 0.0
 
     def dropped(self, lp: float) -> bool:
-        if self.count < self.WARM:
+        if self.count < self.WARM or not math.isfinite(lp):
             return False
         return lp < self.last - (LOGP_DROP_DIVERGENCE + 10.0 * math.sqrt(self._var))
 
