@@ -10,6 +10,7 @@ from pymc_bigdata.adaptation import (
     RunningMoments,
     blend_covariance,
     largest_step_within_noise_bound,
+    rescale_laplace,
     window_ends,
 )
 
@@ -64,3 +65,15 @@ def test_step_rule_keeps_the_default_when_noise_is_small():
 def test_step_rule_floor_for_overwhelming_noise():
     step = largest_step_within_noise_bound(sgld_share, np.array([1e9]), 0.2, smallest=1e-4)
     assert step == pytest.approx(0.2 * 1e-4)
+
+
+def test_rescale_keeps_laplace_unless_draws_clearly_disagree():
+    """Marginal variance ratios within 3 standard errors of a log variance keep the Laplace
+    covariance exactly (correlations included); a clearly wider coordinate is rescaled."""
+    laplace = np.array([[1.0, 0.5], [0.5, 2.0]])
+    n = 200  # se of a log variance: sqrt(2/200) = 0.1, so ratios within exp(+-0.3) are kept
+    same = rescale_laplace(laplace, np.array([1.2, 1.6]), n)
+    np.testing.assert_array_equal(same, laplace)
+    wider = rescale_laplace(laplace, np.array([4.0, 2.1]), n)
+    np.testing.assert_allclose(np.diag(wider), [4.0, 2.0])
+    np.testing.assert_allclose(wider[0, 1], 0.5 * 2.0)  # correlation kept
