@@ -20,6 +20,7 @@ from the Laplace approximation, and the same check must fail.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import arviz as az
@@ -32,6 +33,7 @@ from hard_models import (
     make_many_groups_linear_data,
     many_groups_linear_model,
     many_groups_linear_posterior,
+    rare_event_logistic,
     scale_few_rows,
     scale_regression,
     skewed_logistic,
@@ -175,3 +177,37 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
     idata = _sample(model, step, seed=13, draws=6000)
     with pytest.raises(AssertionError):
         _check_against_reference(model, idata, _reference(name), SD_BIAS[pmb.SGLD])
+
+
+# ---------------------------------------------------------------------- rare events
+@pytest.fixture(scope="module")
+def rare_event():
+    """500,000 rows, 0.1 % events, a 250-row binary feature with no event (skewed)."""
+    model = rare_event_logistic()
+    return model, pmb.MinibatchModel(model)
+
+
+def test_rare_event_heating_is_flagged(rare_event):
+    """The issue's failure, reproduced with the foundation's settings (no adaptation, first
+    order, no census): the chain heats up, and its own statistics now say so."""
+    model, layer = rare_event
+    step = pmb.SGHMC(model=model, layer=layer, adapt=False, control_variates="first", census=False)
+    with pytest.warns(pmb.BiasWarning, match="off its target"):
+        _sample(model, step, seed=17)
+
+
+@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
+def test_rare_event_defaults(cls, rare_event):
+    """Defaults: the feature's 255 rows form the census stratum; against the importance-
+    sampling reference the bars hold, and no bias alarm is raised."""
+    if not (REFERENCES / "rare_event_logistic.npz").exists():
+        pytest.skip("reference not computed (tests/references/make_references.py)")
+    model, layer = rare_event
+    step = cls(model=model, layer=layer)
+    assert len(step.census) >= 250
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmb.BiasWarning)
+        idata = _sample(model, step, seed=19)
+    ref = _reference("rare_event_logistic")
+    draws = idata.posterior["beta"].values.reshape(-1, 5)
+    _assert_bars(cls, draws.mean(0), draws.std(0), ref["beta__mean"], ref["beta__sd"])

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -61,11 +63,14 @@ def test_bhat_correction_removes_noise_inflation(noisy_normal):
     ratio sqrt(1 + 0.045 / 0.095) = 1.21)."""
     model, layer, mean, sd = noisy_normal
     common = dict(model=model, layer=layer, control_variates=False, step_size=0.05, friction=1.0)
-    corrected = sample_two_chains(model, pmb.SGHMC(noise_estimate="fisher", **common), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmb.BiasWarning)  # the corrected chain is on target
+        corrected = sample_two_chains(model, pmb.SGHMC(noise_estimate="fisher", **common), seed=2)
     check_posterior(corrected, "mu", np.array(mean), np.array(sd))
-    uncorrected = sample_two_chains(
-        model, pmb.SGHMC(noise_estimate="zero", reshuffle=False, **common), seed=2
-    )
+    with pytest.warns(pmb.BiasWarning, match="virial|kinetic|noise"):  # and it says so
+        uncorrected = sample_two_chains(
+            model, pmb.SGHMC(noise_estimate="zero", reshuffle=False, **common), seed=2
+        )
     assert float(uncorrected.posterior["mu"].std()) > 1.1 * sd
 
 
