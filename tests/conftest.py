@@ -95,11 +95,13 @@ def logistic_data(n_rows: int, n_coefs: int, seed: int) -> tuple[np.ndarray, np.
     return make_data(n_rows, n_coefs, seed, coef_sd=0.5)
 
 
-def sample_two_chains(model, step, seed: int):
-    """pm.sample with its defaults (1000 tune, 1000 draws), two sequential chains."""
+def sample_two_chains(model, step, seed: int, draws: int = 1000, tune: int = 1000):
+    """pm.sample (by default with its defaults, 1000 tune, 1000 draws), two sequential chains."""
     with model:
         return pm.sample(
             step=step,
+            tune=tune,
+            draws=draws,
             chains=2,
             cores=1,
             random_seed=seed,

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import arviz as az
 import numpy as np
-import pymc as pm
 import pytest
-from conftest import check_posterior
+from conftest import check_posterior, sample_two_chains
 from hard_models import (
     hier_logistic,
     make_many_groups_linear_data,
@@ -54,20 +53,6 @@ SD_BIAS = {
 BARS = {pmb.SGHMC: (0.10, (0.90, 1.10)), pmb.SGLD: (0.15, (0.85, 1.20))}
 
 
-def _sample(model, step, seed: int, draws: int = 1000, tune: int = 1000):
-    with model:
-        return pm.sample(
-            step=step,
-            tune=tune,
-            draws=draws,
-            chains=2,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-
-
 def _assert_bars(cls, mean, sd, ref_mean, ref_sd):
     max_err, (lo, hi) = BARS[cls]
     err = np.abs(mean - ref_mean) / ref_sd
@@ -92,7 +77,7 @@ def test_thousand_groups_with_defaults(cls, many_groups):
     """Defaults on 10^6 rows and d = 1,003 (groups of 28 to 4,851 rows) meet the bars against
     the exact posterior, with no divergence; second-order control variates are chosen."""
     model, layer, ref_mean, ref_sd = many_groups
-    idata = _sample(model, cls(model=model, layer=layer), seed=11)
+    idata = sample_two_chains(model, cls(model=model, layer=layer), seed=11)
     post = idata.posterior
     draws = np.concatenate([post["a"].values, post["b"].values], axis=-1)
     _assert_bars(cls, draws.mean((0, 1)), draws.std((0, 1)), ref_mean, ref_sd)
@@ -155,7 +140,7 @@ def test_skewed_targets_against_nuts(cls, name):
     builder, batch_size = HARD[name]
     model = builder()
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
-    idata = _sample(model, cls(model=model, **kwargs), seed=13, draws=6000)
+    idata = sample_two_chains(model, cls(model=model, **kwargs), seed=13, draws=6000)
     _check_against_reference(model, idata, _reference(name), SD_BIAS[cls])
 
 
@@ -174,7 +159,7 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
 
     monkeypatch.setattr(step, "_gradient", laplace_gradient)
     monkeypatch.setattr(step, "_measured_gradient", lambda t, r: (0.0, laplace_gradient(t, r)))
-    idata = _sample(model, step, seed=13, draws=6000)
+    idata = sample_two_chains(model, step, seed=13, draws=6000)
     with pytest.raises(AssertionError):
         _check_against_reference(model, idata, _reference(name), SD_BIAS[pmb.SGLD])
 
@@ -193,7 +178,7 @@ def test_rare_event_heating_is_flagged(rare_event):
     model, layer = rare_event
     step = pmb.SGHMC(model=model, layer=layer, adapt=False, control_variates="first", census=False)
     with pytest.warns(pmb.BiasWarning, match="off its target"):
-        _sample(model, step, seed=17)
+        sample_two_chains(model, step, seed=17)
 
 
 @pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
@@ -207,7 +192,7 @@ def test_rare_event_defaults(cls, rare_event):
     assert len(step.census) >= 250
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmb.BiasWarning)
-        idata = _sample(model, step, seed=19)
+        idata = sample_two_chains(model, step, seed=19)
     ref = _reference("rare_event_logistic")
     draws = idata.posterior["beta"].values.reshape(-1, 5)
     _assert_bars(cls, draws.mean(0), draws.std(0), ref["beta__mean"], ref["beta__sd"])
