@@ -1,0 +1,187 @@
+"""Accuracy of the defaults on the hard targets of ``tests/hard_models.py``.
+
+For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
+importance sampling; the 1,000-group regression's analytic posterior), samples with
+``pmb.SGHMC()`` and ``pmb.SGLD()`` defaults and ``pm.sample``'s defaults (1000 tune, 1000
+draws, 2 chains, ``cores=1``) and reports, in the samplers' unconstrained coordinates:
+max |mean error| / reference sd, the range of sd ratios, min bulk ESS, set-up and sampling
+time, the step size and control-variate order chosen, the census size, divergences and
+whether a bias alarm was raised. The Laplace fit's own errors are listed beside them.
+
+    .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
+    .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import pymc_bigdata as pmb
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import hard_models as hm  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+REFERENCES = ROOT / "tests" / "references"
+
+#: name: (model builder, batch size or None for the default)
+MODELS = {
+    "scale_few_rows": (hm.scale_few_rows, 10),
+    "skewed_logistic": (hm.skewed_logistic, 100),
+    "scale_regression": (hm.scale_regression, None),
+    "hier_logistic_centred": (lambda: hm.hier_logistic(centred=True), None),
+    "hier_logistic_noncentred": (lambda: hm.hier_logistic(centred=False), None),
+    "rare_event_logistic": (hm.rare_event_logistic, None),
+    "many_groups_linear": (None, None),
+}
+
+
+def many_groups():
+    group, x, y = hm.make_many_groups_linear_data()
+    return hm.many_groups_linear_model(group, x, y), hm.many_groups_linear_posterior(group, x, y)
+
+
+def reference(name: str):
+    if name == "many_groups_linear":
+        return many_groups()
+    path = REFERENCES / f"{name}.npz"
+    if not path.exists():
+        return None, None
+    with np.load(path) as data:
+        ref = {k: data[k] for k in data.files}
+    return MODELS[name][0](), ref
+
+
+def unconstrained(idata, value_name: str) -> np.ndarray:
+    draws = idata.posterior[value_name.removesuffix("_log__")].values
+    draws = np.log(draws) if value_name.endswith("_log__") else draws
+    return draws.reshape(draws.shape[0], draws.shape[1], -1)
+
+
+def run_one(name: str, model, ref, cls) -> dict:
+    batch = MODELS[name][1]
+    start = time.perf_counter()
+    step = cls(model=model, **({} if batch is None else {"batch_size": batch}))
+    setup = time.perf_counter() - start
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=step,
+            chains=2,
+            cores=1,
+            random_seed=2026,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    errs, ratios, ess, laplace_errs, laplace_ratios = [], [], [], [], []
+    for value in model.value_vars:
+        name_v = value.name
+        draws = unconstrained(idata, name_v)
+        mean, sd = draws.mean((0, 1)), draws.std((0, 1))
+        ref_mean, ref_sd = ref[f"{name_v}__mean"], ref[f"{name_v}__sd"]
+        errs.append(np.abs(mean - ref_mean) / ref_sd)
+        ratios.append(sd / ref_sd)
+        ess.append(az.ess(az.from_dict({"posterior": {"x": draws}}))["x"].values.ravel())
+        if f"{name_v}__laplace_mean" in ref:
+            laplace_errs.append(np.abs(ref[f"{name_v}__laplace_mean"] - ref_mean) / ref_sd)
+            laplace_ratios.append(ref[f"{name_v}__laplace_sd"] / ref_sd)
+    errs, ratios, ess = (np.concatenate(x) for x in (errs, ratios, ess))
+    stats = idata.sample_stats
+    out = {
+        "model": name,
+        "sampler": cls.__name__,
+        "dim": step.layer.dim,
+        "rows": step.layer.n_rows,
+        "setup_s": setup,
+        "sampling_s": float(idata.posterior.attrs["sampling_time"]),
+        "max_err_sd": float(errs.max()),
+        "sd_ratio_min": float(ratios.min()),
+        "sd_ratio_max": float(ratios.max()),
+        "min_bulk_ess": float(ess.min()),
+        "step_size": float(stats["step_size"].values[0, -1]),
+        "inner_steps": int(step.inner_steps),
+        "cv_order": int(stats["cv_order"].values[0, -1]),
+        "census": len(step.census),
+        "divergences": int(stats["diverging"].values.sum()),
+        "bias_alarm": any(issubclass(w.category, pmb.BiasWarning) for w in caught),
+        "map_problem": step.map_problem,
+    }
+    if laplace_errs:
+        le, lr = np.concatenate(laplace_errs), np.concatenate(laplace_ratios)
+        out.update(
+            laplace_max_err_sd=float(le.max()),
+            laplace_sd_ratio_min=float(lr.min()),
+            laplace_sd_ratio_max=float(lr.max()),
+        )
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | set-up (s) "
+        "| sampling (s) | ε × steps | CV order | census | div. | alarm "
+        "| Laplace max err / sd ratio |"
+    )
+    lines = [head, "|" + "---|" * 15]
+    for r in rows:
+        laplace = (
+            f"{r['laplace_max_err_sd']:.2f} / [{r['laplace_sd_ratio_min']:.3f}, "
+            f"{r['laplace_sd_ratio_max']:.3f}]"
+            if "laplace_max_err_sd" in r
+            else "exact (Gaussian)"
+        )
+        lines.append(
+            f"| {r['model']} | {r['dim']} | {r['rows']:,} | {r['sampler']} | {r['max_err_sd']:.3f} "
+            f"| [{r['sd_ratio_min']:.3f}, {r['sd_ratio_max']:.3f}] | {r['min_bulk_ess']:,.0f} "
+            f"| {r['setup_s']:.1f} | {r['sampling_s']:.1f} | {r['step_size']:.3g} × "
+            f"{r['inner_steps']} | {r['cv_order']} | {r['census']} | {r['divergences']} "
+            f"| {'yes' if r['bias_alarm'] else 'no'} | {laplace} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--out", default="hard_targets")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    rows = []
+    for name in args.only:
+        model, ref = reference(name)
+        if model is None:
+            print(f"{name}: no reference file, skipped", flush=True)
+            continue
+        for cls in (pmb.SGHMC, pmb.SGLD):
+            rows.append(run_one(name, model, ref, cls))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    text = (
+        f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"
+        "pm.sample defaults (1000 tune, 1000 draws, 2 chains, cores=1), random_seed=2026; "
+        "errors in the unconstrained coordinates against the references of tests/references "
+        "(NUTS, importance sampling, or the analytic posterior).\n\n" + table(rows) + "\n"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.md").write_text(text)
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps({"commit": commit, "rows": rows}, indent=1)
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
