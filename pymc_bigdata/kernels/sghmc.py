@@ -98,9 +98,12 @@ def baoab_noise_weight(step_size: float, friction: float) -> float:
 def baoab_noise_share(step_size: float, friction: float, grad_noise_var: np.ndarray) -> np.ndarray:
     """Share of BAOAB's stationary position variance (unit-curvature Gaussian) fed by
     gradient noise of variance ``V`` when ``B_hat = 0``: ``kappa eps^2 V / (1 - c^2)``."""
-    decay = math.exp(-friction * step_size)
-    weight = baoab_noise_weight(round(step_size, 12), friction)
-    return weight * step_size**2 * np.asarray(grad_noise_var) / (1.0 - decay**2)
+    if step_size >= 2.0:  # no stationary distribution: all noise
+        return np.full(np.shape(grad_noise_var), np.inf)
+    rounded = float(f"{step_size:.10g}")  # cache-friendly, relative precision 1e-10
+    weight = baoab_noise_weight(rounded, friction) if rounded > 1e-6 else 1.0  # kappa -> 1
+    thermal = -math.expm1(-2.0 * friction * step_size)  # 1 - c^2
+    return weight * step_size**2 * np.asarray(grad_noise_var) / thermal
 
 
 @lru_cache(maxsize=256)

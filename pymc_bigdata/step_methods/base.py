@@ -392,6 +392,7 @@ class SubsamplingStep(ArrayStepShared):
         self._last_z: np.ndarray | None = None
         self._lp_track = _LogDensityTrack()
         self._stability = 1.0
+        self._trust_laplace = self.map_problem is None
         self._block_hot: list[float] = []
         self._block_diverged = False
         self._eval_z = self._eval_grad = None
@@ -631,7 +632,8 @@ class SubsamplingStep(ArrayStepShared):
         self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
         if len(self._block_hot) < STABILITY_BLOCK:
             return
-        temperature = float(np.nanmean(self._block_hot)) if self._block_hot else 1.0
+        finite = [t for t in self._block_hot if math.isfinite(t)]
+        temperature = float(np.mean(finite)) if finite else 1.0
         # a block mean of 2K/d (chi-square_d / d per draw) has sd sqrt(2 / (d B))
         spread = 4.0 * math.sqrt(2.0 / (self.layer.dim * STABILITY_BLOCK))
         hot = self._block_diverged or temperature > max(HOT_TEMPERATURE, 1.0 + spread)
@@ -646,17 +648,21 @@ class SubsamplingStep(ArrayStepShared):
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
         if moments.count < 3:
             return
-        if self.map_problem is None and self.step_size * self.inner_steps < MIN_TRAVEL:
+        laplace = self.laplace if self._trust_laplace else None
+        if self._trust_laplace and self.step_size * self.inner_steps < MIN_TRAVEL:
             cov = self.precond.covariance()  # draws too correlated to judge the scales
-        elif self.map_problem is None:
+        elif self._trust_laplace:
             cov = rescale_laplace(self.laplace.covariance(), moments.covariance(), moments.count)
         else:  # no Laplace fit worth keeping: the draws' own covariance
             cov = blend_covariance(
                 moments.covariance(), moments.count, self.precond.covariance(), 1
             )
-        self.precond = Preconditioner.from_covariance(
-            moments.mean, cov, self.precond.kind, self.laplace
-        )
+        try:
+            self.precond = Preconditioner.from_covariance(
+                moments.mean, cov, self.precond.kind, laplace
+            )
+        except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
+            return
         if self.anchor is not None:
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()

@@ -27,7 +27,9 @@ class Preconditioner:
         The Laplace precision ``P`` (dense, or its diagonal) the range was computed from.
     """
 
-    def __init__(self, center: np.ndarray, matrix: np.ndarray, kind: str, precision: np.ndarray):
+    def __init__(
+        self, center: np.ndarray, matrix: np.ndarray, kind: str, precision: np.ndarray | None
+    ):
         self.center = np.asarray(center, dtype=np.float64)
         self.kind = kind
         self.precision = precision
@@ -60,15 +62,22 @@ class Preconditioner:
 
     @classmethod
     def from_covariance(
-        cls, center: np.ndarray, covariance: np.ndarray, kind: str, laplace: Preconditioner
+        cls,
+        center: np.ndarray,
+        covariance: np.ndarray,
+        kind: str,
+        laplace: Preconditioner | None,
     ) -> Preconditioner:
-        """``L L^T = S`` (dense ``S``, or its diagonal), keeping ``laplace``'s precision."""
+        """``L L^T = S`` (dense ``S``, or its diagonal), keeping ``laplace``'s precision for
+        the curvature range; without one (``S`` estimated from draws alone) the posterior is
+        taken to have unit scale in z: range (1, 1)."""
+        precision = None if laplace is None else laplace.precision
         if kind == "dense":
-            return cls(center, np.linalg.cholesky(_dense(covariance)), kind, laplace.precision)
+            return cls(center, np.linalg.cholesky(_dense(covariance)), kind, precision)
         if kind == "diag":
             var = np.diag(covariance) if covariance.ndim == 2 else covariance
-            return cls(center, np.sqrt(var), kind, laplace.precision)
-        return cls(center, np.ones(len(center)), kind, laplace.precision)
+            return cls(center, np.sqrt(var), kind, precision)
+        return cls(center, np.ones(len(center)), kind, precision)
 
     # ------------------------------------------------------------------ maps
     def theta(self, z: np.ndarray) -> np.ndarray:
@@ -102,7 +111,9 @@ class Preconditioner:
         return self.matrix @ self.matrix.T
 
     # ------------------------------------------------------------------ curvature
-    def _curvature_range(self, precision: np.ndarray) -> tuple[float, float]:
+    def _curvature_range(self, precision: np.ndarray | None) -> tuple[float, float]:
+        if precision is None:
+            return 1.0, 1.0
         if precision.ndim == 1:
             scale = self._scale if self._diagonal else np.sqrt(np.sum(self.matrix**2, axis=1))
             diag = scale**2 * precision

@@ -126,7 +126,8 @@ class SGHMC(SubsamplingStep):
 
     def default_step(self) -> float:
         base = self.default_step_size if self.integrator == "baoab" else self.default_step_size_eq15
-        return base / math.sqrt(self.precond.curvature_range[1])
+        # never beyond 2x the unit-curvature step (BAOAB is unstable at eps >= 2 in z units)
+        return min(base / math.sqrt(self.precond.curvature_range[1]), 2.0 * base)
 
     def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         """BAOAB: ``kappa eps^2 V / (1 - exp(-2 C eps))``; Eq. 15: ``eps V / (2 C)`` (gradient

@@ -39,6 +39,10 @@ class SGLD(SubsamplingStep):
         lam_min = self.precond.curvature_range[0]
         return max(1, math.ceil(2.0 / (self.step_size * lam_min) - 1e-9))
 
+    def default_step(self) -> float:
+        # never beyond 2x the unit-curvature step (Euler is unstable at eps >= 4 / lambda)
+        return min(super().default_step(), 2.0 * self.default_step_size)
+
     def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""
         return step_size * np.asarray(noise_var) / 4.0

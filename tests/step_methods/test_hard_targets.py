@@ -91,7 +91,6 @@ HARD = {
     "scale_few_rows": (scale_few_rows, 10),
     "skewed_logistic": (skewed_logistic, 100),
     "scale_regression": (scale_regression, None),
-    "hier_logistic_noncentred": (lambda: hier_logistic(centred=False), None),
     "hier_logistic_centred": (lambda: hier_logistic(centred=True), None),
 }
 
