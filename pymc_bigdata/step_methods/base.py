@@ -66,6 +66,10 @@ MAX_INNER_STEPS = 100
 #: correlated draws underestimates the posterior's spread
 MIN_TRAVEL = 1.0
 
+#: the anchor moves to a window's mean only when that is this many sds from it (one
+#: full-data pass saved per window when the MAP already sits at the posterior mean)
+RECENTRE_SD = 0.2
+
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
 CENSUS_FACTOR = 20.0
@@ -663,7 +667,8 @@ class SubsamplingStep(ArrayStepShared):
             )
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return
-        if self.anchor is not None:
+        shift = np.abs(moments.mean - self.anchor.theta) if self.anchor is not None else None
+        if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > RECENTRE_SD:
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()
         self._reset_kernel_state()
@@ -774,6 +779,10 @@ class _Mean:
     def add(self, x: np.ndarray) -> None:
         self.count += 1
         self.mean = self.mean + (x - self.mean) / self.count
+
+
+def _diagonal(cov: np.ndarray) -> np.ndarray:
+    return np.diag(cov) if cov.ndim == 2 else cov
 
 
 def _check_preconditioner(kind: str, dim: int) -> str:
