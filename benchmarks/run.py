@@ -87,29 +87,42 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     """Read the command line into a :class:`Config`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--sizes", nargs="+", type=float, default=[1e5, 1e6],
+        "--sizes",
+        nargs="+",
+        type=float,
+        default=[1e5, 1e6],
         help="numbers of rows N (default: 1e5 1e6)",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 2e4, short chains")
     parser.add_argument("--seed", type=int, default=0, help="seed of data and samplers")
     parser.add_argument(
-        "--nuts-tune", type=int, default=None,
+        "--nuts-tune",
+        type=int,
+        default=None,
         help="NUTS tuning steps per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
-        "--nuts-draws", type=int, default=None,
+        "--nuts-draws",
+        type=int,
+        default=None,
         help="NUTS draws per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
-        "--is-samples", type=int, default=None,
+        "--is-samples",
+        type=int,
+        default=None,
         help="importance samples of the reference (default 20000; 5000 with --quick)",
     )
     parser.add_argument(
-        "--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS),
+        "--methods",
+        nargs="+",
+        choices=ALL_METHODS,
+        default=list(ALL_METHODS),
         help="methods to run (default: all)",
     )
     parser.add_argument(
-        "--out", default=None,
+        "--out",
+        default=None,
         help="stem of the output files in benchmarks/results/ (default: latest; quick with "
         "--quick)",
     )
@@ -279,8 +292,16 @@ def compute_reference(data: Dataset, model: pm.Model, n_samples: int, df: float)
     sd = np.sqrt(w @ (samples - mean) ** 2)
     ess = float(1.0 / np.sum(w**2))
     return Reference(
-        mean=mean, sd=sd, map_theta=theta, precision=precision, ess=ess, n_samples=n_samples,
-        df=df, seconds=time.perf_counter() - t0, map_check=map_check, cached=False,
+        mean=mean,
+        sd=sd,
+        map_theta=theta,
+        precision=precision,
+        ess=ess,
+        n_samples=n_samples,
+        df=df,
+        seconds=time.perf_counter() - t0,
+        map_check=map_check,
+        cached=False,
     )
 
 
@@ -297,16 +318,29 @@ def load_or_compute_reference(
             and saved["mean"].shape == (data.X.shape[1],)
         ):
             return Reference(
-                mean=saved["mean"], sd=saved["sd"], map_theta=saved["map_theta"],
-                precision=saved["precision"], ess=float(saved["ess"]), n_samples=n_samples,
-                df=df, seconds=float(saved["seconds"]), map_check=float(saved["map_check"]),
+                mean=saved["mean"],
+                sd=saved["sd"],
+                map_theta=saved["map_theta"],
+                precision=saved["precision"],
+                ess=float(saved["ess"]),
+                n_samples=n_samples,
+                df=df,
+                seconds=float(saved["seconds"]),
+                map_check=float(saved["map_check"]),
                 cached=True,
             )
     ref = compute_reference(data, model, n_samples, df)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     np.savez(
-        path, mean=ref.mean, sd=ref.sd, map_theta=ref.map_theta, precision=ref.precision,
-        ess=ref.ess, n_samples=ref.n_samples, df=ref.df, seconds=ref.seconds,
+        path,
+        mean=ref.mean,
+        sd=ref.sd,
+        map_theta=ref.map_theta,
+        precision=ref.precision,
+        ess=ref.ess,
+        n_samples=ref.n_samples,
+        df=ref.df,
+        seconds=ref.seconds,
         map_check=ref.map_check,
     )
     return ref
@@ -432,9 +466,7 @@ def quiet_sampling() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- our samplers
-def run_ours(
-    kind: str, data: Dataset, ref: Reference, config: Config
-) -> list[MethodResult]:
+def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[MethodResult]:
     """SGHMC or SGLD with defaults: setup, warm-up (compile), then ``cores=1`` and ``cores=2``.
 
     ``setup`` is the step's construction (compilation + MAP search + Hessian); the MAP alone
@@ -454,7 +486,10 @@ def run_ours(
         map_s = time.perf_counter() - t0
     setup_passes = rows_read[0] / data.n_rows
     common = dict(
-        step=step, model=model, progressbar=False, compute_convergence_checks=False,
+        step=step,
+        model=model,
+        progressbar=False,
+        compute_convergence_checks=False,
     )
     with quiet_sampling():
         t0 = time.perf_counter()
@@ -468,8 +503,13 @@ def run_ours(
             with quiet_sampling():
                 t0 = time.perf_counter()
                 idata = pm.sample(
-                    tune=config.ours_tune, draws=config.ours_draws, chains=config.chains,
-                    cores=cores, random_seed=seed, discard_tuned_samples=False, **common,
+                    tune=config.ours_tune,
+                    draws=config.ours_draws,
+                    chains=config.chains,
+                    cores=cores,
+                    random_seed=seed,
+                    discard_tuned_samples=False,
+                    **common,
                 )
                 call_s = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a failure is a result to report
@@ -483,11 +523,17 @@ def run_ours(
         score_draws(res, idata_draws(idata), ref, idata_min_ess(idata))
         div_tune, div_draws = divergences(idata)
         res.extra = {
-            "map_s": map_s, "warmup_call_s": warm_s, "sample_call_s": call_s,
-            "sampling_s": sampling_s, "step_size": step.step_size,
-            "inner_steps": step.inner_steps, "batch_size": step.batch_size,
-            "diverging_tuning": div_tune, "diverging_draws": div_draws,
-            "tune": config.ours_tune, "draws": config.ours_draws,
+            "map_s": map_s,
+            "warmup_call_s": warm_s,
+            "sample_call_s": call_s,
+            "sampling_s": sampling_s,
+            "step_size": step.step_size,
+            "inner_steps": step.inner_steps,
+            "batch_size": step.batch_size,
+            "diverging_tuning": div_tune,
+            "diverging_draws": div_draws,
+            "tune": config.ours_tune,
+            "draws": config.ours_draws,
             "chains": config.chains,
         }
         if "noise_clipped" in idata.sample_stats:
@@ -510,7 +556,10 @@ def run_nuts(data: Dataset, ref: Reference, config: Config) -> list[MethodResult
     model = build_model(data)
     seed = config.seed + 37
     common = dict(
-        model=model, nuts_sampler="pymc", progressbar=False, compute_convergence_checks=False,
+        model=model,
+        nuts_sampler="pymc",
+        progressbar=False,
+        compute_convergence_checks=False,
     )
     res = MethodResult(method="PyMC NUTS (full data)", cores=1)
     with quiet_sampling():
@@ -519,8 +568,13 @@ def run_nuts(data: Dataset, ref: Reference, config: Config) -> list[MethodResult
         res.compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         idata = pm.sample(
-            tune=tune, draws=draws, chains=config.chains, cores=1, random_seed=seed,
-            discard_tuned_samples=False, **common,
+            tune=tune,
+            draws=draws,
+            chains=config.chains,
+            cores=1,
+            random_seed=seed,
+            discard_tuned_samples=False,
+            **common,
         )
         call_s = time.perf_counter() - t0
     sampling_s = float(idata.posterior.attrs["sampling_time"])
@@ -530,9 +584,14 @@ def run_nuts(data: Dataset, ref: Reference, config: Config) -> list[MethodResult
     div_tune, div_draws = divergences(idata)
     mean_steps = float(idata.sample_stats["n_steps"].values.mean())
     res.extra = {
-        "sample_call_s": call_s, "sampling_s": sampling_s, "tune": tune, "draws": draws,
-        "chains": config.chains, "mean_n_steps": mean_steps,
-        "diverging_tuning": div_tune, "diverging_draws": div_draws,
+        "sample_call_s": call_s,
+        "sampling_s": sampling_s,
+        "tune": tune,
+        "draws": draws,
+        "chains": config.chains,
+        "mean_n_steps": mean_steps,
+        "diverging_tuning": div_tune,
+        "diverging_draws": div_draws,
         "step_size": float(idata.sample_stats["step_size"].values.mean()),
     }
     res.notes = f"tune={tune}, draws={draws}, {mean_steps:.0f} steps/draw" + (
@@ -586,7 +645,9 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
         names[0]: (blackjax.sgld(cv_grad), config.peer_steps, 1, 1.0 / lam_max),
         names[1]: (
             blackjax.sghmc(cv_grad, num_integration_steps=n_inner),
-            config.peer_steps // n_inner, n_inner, 1.0 / math.sqrt(lam_max),
+            config.peer_steps // n_inner,
+            n_inner,
+            1.0 / math.sqrt(lam_max),
         ),
     }
     results = []
@@ -621,8 +682,11 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
                 score = math.inf
                 if np.isfinite(draws).all():
                     trial = score_draws(MethodResult(method=name), draws, ref)
-                    score = max(trial.max_mean_err, abs(math.log(trial.sd_ratio_min)),
-                                abs(math.log(trial.sd_ratio_max)))
+                    score = max(
+                        trial.max_mean_err,
+                        abs(math.log(trial.sd_ratio_min)),
+                        abs(math.log(trial.sd_ratio_max)),
+                    )
                 grid.append((score, factor, run_s, draws))
         except Exception as exc:  # noqa: BLE001 - a failure is a result to report
             res.status = f"failed: {type(exc).__name__}: {exc}"
@@ -633,10 +697,13 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
         passes = config.chains * n_steps * grads_per_step * BATCH_SIZE / n_rows
         for with_scan in (False, True):
             out = MethodResult(
-                method=name + (" incl. step-size scan" if with_scan else ""), cores=1,
-                setup_s=cv_setup_s, compile_s=res.compile_s,
+                method=name + (" incl. step-size scan" if with_scan else ""),
+                cores=1,
+                setup_s=cv_setup_s,
+                compile_s=res.compile_s,
                 wall_s=(scan_s if with_scan else run_s) + cv_setup_s,
-                passes=passes * (len(grid) if with_scan else 1), setup_passes=1.0,
+                passes=passes * (len(grid) if with_scan else 1),
+                setup_passes=1.0,
             )
             if math.isfinite(score):
                 score_draws(out, best_draws, ref)
@@ -647,7 +714,9 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
             )
             out.extra = {
                 "grid": [{"factor": g[1], "score": g[0], "run_s": g[2]} for g in grid],
-                "step_size": factor * unit, "n_steps": n_steps, "thin": thin,
+                "step_size": factor * unit,
+                "n_steps": n_steps,
+                "thin": thin,
             }
             results.append(out)
     return results
@@ -670,8 +739,7 @@ def run_hmcecs(data: Dataset, ref: Reference, config: Config) -> list[MethodResu
         from numpyro.infer import HMCECS, MCMC, NUTS
     except ImportError:
         print(f"  numpyro/jax not installed; to include HMCECS: {HMCECS_INSTALL_HINT}")
-        return [MethodResult(method=name, status="not installed",
-                             notes=f"`{HMCECS_INSTALL_HINT}`")]
+        return [MethodResult(method=name, status="not installed", notes=f"`{HMCECS_INSTALL_HINT}`")]
     taylor_proxy = HMCECS.taylor_proxy  # second-order Taylor proxy around the reference point
     jax.config.update("jax_enable_x64", True)
     n_rows, dim = data.X.shape
@@ -685,13 +753,25 @@ def run_hmcecs(data: Dataset, ref: Reference, config: Config) -> list[MethodResu
             numpyro.sample("obs", dist.Bernoulli(logits=xb @ beta), obs=yb)
 
     def sample(tune: int, draws: int) -> tuple[Any, float]:
-        kernel = HMCECS(NUTS(model), num_blocks=100,
-                        proxy=taylor_proxy({"beta": jnp.asarray(ref.map_theta)}))
-        mcmc = MCMC(kernel, num_warmup=tune, num_samples=draws, num_chains=config.chains,
-                    chain_method="sequential", progress_bar=False)
+        kernel = HMCECS(
+            NUTS(model), num_blocks=100, proxy=taylor_proxy({"beta": jnp.asarray(ref.map_theta)})
+        )
+        mcmc = MCMC(
+            kernel,
+            num_warmup=tune,
+            num_samples=draws,
+            num_chains=config.chains,
+            chain_method="sequential",
+            progress_bar=False,
+        )
         t0 = time.perf_counter()
-        mcmc.run(jax.random.PRNGKey(config.seed + 71), X, y, BATCH_SIZE,
-                 extra_fields=("hmc_state.num_steps",))
+        mcmc.run(
+            jax.random.PRNGKey(config.seed + 71),
+            X,
+            y,
+            BATCH_SIZE,
+            extra_fields=("hmc_state.num_steps",),
+        )
         return mcmc, time.perf_counter() - t0
 
     res = MethodResult(method=name, cores=1)
@@ -718,7 +798,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
         return "—"
     if value == 0:
         return "0"
-    if abs(value) >= 10 ** digits:
+    if abs(value) >= 10**digits:
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
@@ -766,12 +846,18 @@ def git_revision() -> str:
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "pymc_bigdata"], cwd=root, capture_output=True,
-            text=True, check=True,
+            ["git", "status", "--porcelain", "pymc_bigdata"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -802,9 +888,7 @@ def environment() -> dict[str, str]:
     }
 
 
-def write_outputs(
-    config: Config, sections: list[tuple[int, Reference, list[MethodResult]]]
-) -> str:
+def write_outputs(config: Config, sections: list[tuple[int, Reference, list[MethodResult]]]) -> str:
     """Write ``<stem>.md`` and ``<stem>.json`` under benchmarks/results/; return the markdown."""
     env = environment()
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -822,8 +906,14 @@ def write_outputs(
             "numbers are for the code imported at the start.)"
         )
     for n_rows, ref, results in sections:
-        parts += ["", f"## N = {n_rows:,}", "", format_reference(n_rows, ref), "",
-                  format_table(results)]
+        parts += [
+            "",
+            f"## N = {n_rows:,}",
+            "",
+            format_reference(n_rows, ref),
+            "",
+            format_table(results),
+        ]
     markdown = "\n".join(parts) + "\n"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{config.out_stem}.md").write_text(markdown)
@@ -835,9 +925,14 @@ def write_outputs(
             {
                 "n_rows": n_rows,
                 "reference": {
-                    "mean": ref.mean.tolist(), "sd": ref.sd.tolist(), "ess": ref.ess,
-                    "n_samples": ref.n_samples, "df": ref.df, "seconds": ref.seconds,
-                    "map_check": ref.map_check, "cached": ref.cached,
+                    "mean": ref.mean.tolist(),
+                    "sd": ref.sd.tolist(),
+                    "ess": ref.ess,
+                    "n_samples": ref.n_samples,
+                    "df": ref.df,
+                    "seconds": ref.seconds,
+                    "map_check": ref.map_check,
+                    "cached": ref.cached,
                 },
                 "results": [asdict(r) for r in results],
             }

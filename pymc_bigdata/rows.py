@@ -129,6 +129,11 @@ class RowIndexSampler:
         self._permutation = np.empty(0, dtype=np.int64)
         self._position = 0
 
+    def resize(self, batch_size: int) -> None:
+        """Draw ``batch_size`` rows per minibatch from now on (the permutation walk goes on)."""
+        check_batch_size(batch_size, self.n_rows)
+        self.batch_size = int(batch_size)
+
     def reset(self, rng: np.random.Generator) -> None:
         """Start afresh from a new generator (a new chain)."""
         self.rng = rng

@@ -55,6 +55,10 @@ LOGP_DROP_DIVERGENCE = 1000.0
 #: a position this many preconditioned sds from the centre is a blow-up (a divergence)
 BLOWUP_Z = 1e4
 
+#: a virial ``-z . grad / d`` above this is a blow-up (a divergence); at equilibrium it is
+#: 1 +- sqrt(2 / d), and a chain started this far out in z would have ``|z|`` ~ 1000
+BLOWUP_VIRIAL = 1e6
+
 #: after tuning, the gradient noise is measured on one transition every this many draws
 MEASURE_EVERY = 10
 
@@ -70,6 +74,11 @@ MIN_TRAVEL = 1.0
 #: full-data pass saved per window when the MAP already sits at the posterior mean)
 RECENTRE_SD = 0.2
 
+#: a MAP this many of the draws' sds from their mean (any coordinate) is no longer trusted
+#: for the preconditioner's shape or the step size's curvature (see ``_mode_outside_bulk``;
+#: judged only on windows whose draws span at least ``MIN_TRAVEL``)
+MODE_OUTSIDE_BULK_SD = 3.0
+
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
 CENSUS_FACTOR = 20.0
@@ -83,6 +92,15 @@ CENSUS_DIRECTIONS = 4
 #: wall in a skewed tail)
 STABILITY_BLOCK = 25
 HOT_TEMPERATURE = 1.5
+
+#: with the default batch size, tuning raises it (up to this multiple of the default, and
+#: at most all rows) while the gradient noise limits the step size, and lowers it again
+#: (never below the default) when it no longer does. The noise variance falls as
+#: ``1/n - 1/N`` while the noise-limited step rises in proportion, so the travel per row
+#: read is at least as good with the larger batch and the draws need fewer transitions
+MAX_BATCH_GROWTH = 20
+#: the batch size changes only by more than this factor (either way)
+BATCH_CHANGE = 1.25
 
 #: second order is chosen when its worst noise variance is below this fraction of first
 #: order's and first order's would limit the step size
@@ -147,6 +165,7 @@ class SubsamplingStep(ArrayStepShared):
         "step_size": (np.float64, []),
         "lp_est": (np.float64, []),
         "rows_touched": (np.int64, []),
+        "batch_size": (np.int64, []),
         "data_fraction": (np.float64, []),
         "grad_noise_sd": (np.float64, []),
         "noise_share": (np.float64, []),
@@ -190,10 +209,12 @@ class SubsamplingStep(ArrayStepShared):
         self.layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
         self._check_data_current()
         n_rows = self.layer.n_rows
+        self._fixed_batch = batch_size is not None
         if batch_size is None:
             batch_size = min(1000, n_rows)
         check_batch_size(batch_size, n_rows)
         self.batch_size = int(batch_size)
+        self._default_batch = self.batch_size
         self.preconditioner_kind = _check_preconditioner(preconditioner, self.layer.dim)
         self.cv_mode = _check_control_variates(control_variates)
         if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
@@ -223,6 +244,7 @@ class SubsamplingStep(ArrayStepShared):
             reshuffle=self.reshuffle,
             exclude=self.census,
         )
+        self._census_rows = self.layer.take_rows(self.census) if len(self.census) else None
         self._set_up_weights()
         self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()
@@ -284,9 +306,8 @@ class SubsamplingStep(ArrayStepShared):
         return np.sort(heavy)
 
     def _set_up_weights(self) -> None:
-        """Census rows (gathered once) and the weights of a minibatch and of its halves."""
+        """The weights of a minibatch and of its halves (census rows first, weight 1)."""
         n_census, n = len(self.census), self.batch_size
-        self._census_rows = self.layer.take_rows(self.census) if n_census else None
         rest = self.layer.n_rows - n_census
         ones = np.ones(n_census)
         half = n // 2
@@ -385,6 +406,8 @@ class SubsamplingStep(ArrayStepShared):
 
     def _reset_chain_state(self) -> None:
         self.tune = True
+        if self.batch_size != self._default_batch:
+            self._resize_batch(self._default_batch)
         self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
         self._draw_index = 0
         self._init_buffer, self._windows, self._terminal_start = window_ends(
@@ -396,13 +419,15 @@ class SubsamplingStep(ArrayStepShared):
         self._last_z: np.ndarray | None = None
         self._lp_track = _LogDensityTrack()
         self._stability = 1.0
+        self._stability_ceiling = 1.0
+        self._block_diverged = False
         self._trust_laplace = self.map_problem is None
         self._block_hot: list[float] = []
-        self._block_diverged = False
         self._eval_z = self._eval_grad = None
         self._eval_lp = math.nan
         self._calls = 0
         self._measure_noise = False
+        self._pending_noise: tuple[np.ndarray, np.ndarray | None] | None = None
         self._last_rows: list[np.ndarray] | None = None
         self._rows_touched = 0
         self._warned_divergence = False
@@ -433,8 +458,9 @@ class SubsamplingStep(ArrayStepShared):
         self._rows_touched += self.batch_size + len(self.census)
         self._calls += 1
         lp = math.nan
+        measured = self._measure_noise and self._calls >= self.inner_steps and self.batch_size >= 2
         try:
-            if self._measure_noise and self._calls >= self.inner_steps and self.batch_size >= 2:
+            if measured:
                 self._measure_noise = False
                 lp, g_theta = self._measured_gradient(theta, rows)
             else:
@@ -442,7 +468,9 @@ class SubsamplingStep(ArrayStepShared):
         except ParameterValueError:  # a parameter left its support (e.g. p = NaN): diverging
             g_theta = np.full(self.layer.dim, np.nan)
         g = self.precond.grad_z(g_theta)
-        self._eval_z, self._eval_lp, self._eval_grad = z, lp, g
+        self._eval_z, self._eval_grad = z, g
+        if measured:
+            self._eval_lp = lp
         return g
 
     def _gradient(
@@ -466,7 +494,7 @@ class SubsamplingStep(ArrayStepShared):
             )
             if self.cv_order == 2:  # value from first order; gradient as sampled
                 g = self._gradient(theta, self._with_census(rows), self._weights)
-            self._noise.add(self._fisher_noise_var(theta, rows), None)
+            self._pending_noise = (self._fisher_noise_var(theta, rows), None)
             return lp, g
         half = self.batch_size // 2
         halves = [
@@ -482,19 +510,39 @@ class SubsamplingStep(ArrayStepShared):
             (lp_a, first_a, curv_a), (lp_b, first_b, curv_b) = parts
             second_a = self.anchor.second_order(theta, first_a, curv_a)
             second_b = self.anchor.second_order(theta, first_b, curv_b)
-            self._noise.add(self._z_var(first_a - first_b), self._z_var(second_a - second_b))
+            self._pending_noise = (
+                self._z_var(first_a - first_b),
+                self._z_var(second_a - second_b),
+            )
             chosen = (second_a, second_b) if self.cv_order == 2 else (first_a, first_b)
         else:
             (lp_a, g_a), (lp_b, g_b) = [
                 self.layer.estimate_logp_grad(theta, h, self.anchor, w) for h, w in pairs
             ]
-            self._noise.add(self._z_var(g_a - g_b), None)
+            self._pending_noise = (self._z_var(g_a - g_b), None)
             chosen = (g_a, g_b)
         lp = w_a * lp_a + (1.0 - w_a) * lp_b
         return lp, w_a * chosen[0] + (1.0 - w_a) * chosen[1]
 
     def _z_var(self, difference: np.ndarray) -> np.ndarray:
-        return self.precond.grad_z(difference) ** 2 / 4.0
+        """Per-unit noise ``N^2 s^2`` (z units) from two halves' difference: ``E[(g_a -
+        g_b)^2] / 4 = N^2 s^2 / n`` for halves of a sample drawn with or without
+        replacement (``s^2``: the rows' variance, ``N``: the subsampled rows)."""
+        return self.precond.grad_z(difference) ** 2 / 4.0 * self.batch_size
+
+    def _noise_variance(self, order: int) -> np.ndarray:
+        """Variance of the current batch's gradient estimate per coordinate (z units):
+        ``N^2 s^2 (1/n - 1/N)`` without replacement, ``N^2 s^2 / n`` with."""
+        return self._noise.variance(order) * self._batch_factor(self.batch_size)
+
+    def _batch_factor(self, batch_size: float) -> float:
+        if self.replace:
+            return 1.0 / batch_size
+        return max(1.0 / batch_size - 1.0 / self._pool_size(), 0.0)
+
+    def _pool_size(self) -> int:
+        """Rows subsampled (all but the census)."""
+        return self.layer.n_rows - len(self.census)
 
     def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Diagonal of the first-order estimate's covariance from per-row gradients (z units).
@@ -507,9 +555,7 @@ class SubsamplingStep(ArrayStepShared):
         if self.anchor is not None:
             per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
         per_row_z = self.precond.grad_z_rows(per_row)
-        n, big_n = self.batch_size, self.layer.n_rows - len(self.census)
-        finite_population = 1.0 if self.replace else 1.0 - n / big_n
-        return per_row_z.var(axis=0, ddof=1) * big_n**2 / n * finite_population
+        return per_row_z.var(axis=0, ddof=1) * self._pool_size() ** 2
 
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -525,20 +571,18 @@ class SubsamplingStep(ArrayStepShared):
         self._calls = 0
         self._eval_lp = math.nan
         self._measure_noise = self.tune or self._draw_index % self.measure_every == 0
+        self._pending_noise = None
         with np.errstate(all="ignore"):
             z, finite = self._transitions(z0)
         lp = self._eval_lp
-        diverging = (
-            not finite
-            or float(np.max(np.abs(z))) > BLOWUP_Z
-            or lp == -math.inf
-            or self._lp_track.dropped(lp)
-        )
+        diverging = not finite or self._blew_up(z, lp)
         if diverging:
             self._on_divergence()
             z, lp = z0, math.nan
-        elif math.isfinite(lp):
-            self._lp_track.add(lp)
+        else:
+            self._commit_noise()
+            if math.isfinite(lp):
+                self._lp_track.add(lp)
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, diverging)
         self._draw_index += 1
@@ -551,6 +595,31 @@ class SubsamplingStep(ArrayStepShared):
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
+
+    def _blew_up(self, z: np.ndarray, lp: float) -> bool:
+        """A draw that left the posterior: far out in z, a virial far above 1, a measured
+        log density that is not finite, or one that fell by more than the threshold."""
+        measured = self._pending_noise is not None
+        if float(np.max(np.abs(z))) > BLOWUP_Z or (measured and not math.isfinite(lp)):
+            return True
+        if self._eval_grad is not None:
+            virial = -float(self._eval_z @ self._eval_grad) / self.layer.dim
+            if not abs(virial) < BLOWUP_VIRIAL:
+                return True
+        return self._lp_track.dropped(lp)
+
+    def _commit_noise(self) -> None:
+        """Keep the draw's noise measurement (dropped when the draw diverged or it is not
+        finite, so that one blow-up does not decide the step size for the rest of tuning)."""
+        pending, self._pending_noise = self._pending_noise, None
+        if pending is None:
+            return
+        first, second = pending
+        if not np.all(np.isfinite(first)):
+            return
+        self._noise.add(
+            first, second if second is not None and np.all(np.isfinite(second)) else None
+        )
 
     def _chain_start(self, theta0: np.ndarray) -> np.ndarray:
         """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
@@ -570,6 +639,7 @@ class SubsamplingStep(ArrayStepShared):
             "step_size": self.step_size,
             "lp_est": lp,
             "rows_touched": self._rows_touched,
+            "batch_size": self.batch_size,
             "data_fraction": self._rows_touched / self.layer.n_rows,
             "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
             "noise_share": share,
@@ -583,7 +653,7 @@ class SubsamplingStep(ArrayStepShared):
         return stats
 
     def _current_noise(self) -> tuple[float, np.ndarray]:
-        noise_var = self._noise.variance(self.cv_order)
+        noise_var = self._noise_variance(self.cv_order)
         if not noise_var.size:
             return math.nan, noise_var
         return float(np.max(self.noise_share(self.step_size, noise_var))), noise_var
@@ -630,30 +700,47 @@ class SubsamplingStep(ArrayStepShared):
             self._adapt_step_size(final=False)
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Halve the step size after a tuning block that diverged or ran hot."""
-        self._block_diverged |= diverging
+        """Halve the step size at once after a tuning divergence, and after a tuning block
+        that ran hot; double it back (up to half the last factor that failed since the
+        last window end, and 1) after a calm block."""
+        if self._fixed_step:
+            return
+        if diverging:
+            self._lower_stability()
         kinetic = self._kinetic_temperature()
         self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
+        self._block_diverged |= diverging
         if len(self._block_hot) < STABILITY_BLOCK:
             return
         finite = [t for t in self._block_hot if math.isfinite(t)]
         temperature = float(np.mean(finite)) if finite else 1.0
         # a block mean of 2K/d (chi-square_d / d per draw) has sd sqrt(2 / (d B))
         spread = 4.0 * math.sqrt(2.0 / (self.layer.dim * STABILITY_BLOCK))
-        hot = self._block_diverged or temperature > max(HOT_TEMPERATURE, 1.0 + spread)
+        hot = temperature > max(HOT_TEMPERATURE, 1.0 + spread)
+        calm = not hot and not self._block_diverged
         self._block_hot, self._block_diverged = [], False
-        if hot and not self._fixed_step:
-            self._stability *= 0.5
+        if hot:
+            self._lower_stability()
             self._reset_kernel_state()
+        elif calm and self._stability < self._stability_ceiling:
+            self._stability = min(2.0 * self._stability, self._stability_ceiling)
             self._adapt_step_size(final=False)
+
+    def _lower_stability(self) -> None:
+        self._stability *= 0.5
+        self._stability_ceiling = min(self._stability_ceiling, self._stability)
+        self._adapt_step_size(final=False)
 
     def _end_window(self) -> None:
         moments = self._moments
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
         if moments.count < 3:
             return
+        decorrelated = self.step_size * self.inner_steps >= MIN_TRAVEL
+        if self._trust_laplace and decorrelated and self._mode_outside_bulk(moments):
+            self._trust_laplace = False
         laplace = self.laplace if self._trust_laplace else None
-        if self._trust_laplace and self.step_size * self.inner_steps < MIN_TRAVEL:
+        if self._trust_laplace and not decorrelated:
             cov = self.precond.covariance()  # draws too correlated to judge the scales
         elif self._trust_laplace:
             cov = rescale_laplace(self.laplace.covariance(), moments.covariance(), moments.count)
@@ -667,20 +754,33 @@ class SubsamplingStep(ArrayStepShared):
             )
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return
+        self._stability_ceiling = 1.0  # new coordinates: the step may grow back
         shift = np.abs(moments.mean - self.anchor.theta) if self.anchor is not None else None
         if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > RECENTRE_SD:
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()
         self._reset_kernel_state()
 
+    def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
+        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` of the window's sds from
+        the window's mean in some coordinate: the Laplace fit then describes a region the
+        chain does not visit (e.g. a hierarchical scale whose joint mode is far from its
+        marginal bulk), and neither its shape nor its curvature should set the step."""
+        sd = np.sqrt(_diagonal(moments.covariance()))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            distance = np.abs(moments.mean - self.laplace.center) / sd
+        return bool(np.any(distance[np.isfinite(distance)] > MODE_OUTSIDE_BULK_SD))
+
     def _adapt_step_size(self, final: bool) -> None:
         """Control-variate order, step size and inner steps from the measured noise."""
         if self._second_order_available and self.cv_mode == "auto":
             self.cv_order = self._choose_order()
-        noise_var = self._noise.variance(self.cv_order)
+        noise_var = self._noise_variance(self.cv_order)
         if self._fixed_step:
             return
         default = self.default_step() * self._stability
+        if noise_var.size and not self._fixed_batch:
+            noise_var = self._adapt_batch_size(noise_var, default)
         self.step_size = (
             largest_step_within_noise_bound(self.noise_share, noise_var, default, self.noise_bound)
             if noise_var.size
@@ -689,8 +789,34 @@ class SubsamplingStep(ArrayStepShared):
         if not self._fixed_inner:
             self.inner_steps = min(self.default_inner(), MAX_INNER_STEPS)
 
+    def _adapt_batch_size(self, noise_var: np.ndarray, default: float) -> np.ndarray:
+        """Resize the batch so that the worst noise share at the ``default`` step is the
+        bound (see ``MAX_BATCH_GROWTH``); returns the noise variance at the new size."""
+        per_unit = float(np.max(self._noise.variance(self.cv_order)))
+        share_per_unit = float(self.noise_share(default, np.array([per_unit]))[0])
+        if not math.isfinite(share_per_unit):
+            return noise_var
+        pool = self._pool_size()
+        if share_per_unit <= 0:
+            wanted = 1.0
+        else:  # the largest factor 1/n (- 1/N) that keeps the share within the bound
+            factor = self.noise_bound / share_per_unit
+            wanted = 1.0 / factor if self.replace else 1.0 / (factor + 1.0 / pool)
+        largest = min(pool, MAX_BATCH_GROWTH * self._default_batch)
+        new = int(min(max(math.ceil(wanted), self._default_batch), largest))
+        n = self.batch_size
+        if new == n or (max(new / n, n / new) <= BATCH_CHANGE and new != largest):
+            return noise_var
+        self._resize_batch(new)
+        return self._noise_variance(self.cv_order)
+
+    def _resize_batch(self, batch_size: int) -> None:
+        self.batch_size = int(batch_size)
+        self._rows.resize(self.batch_size)
+        self._set_up_weights()
+
     def _choose_order(self) -> int:
-        first, second = self._noise.variance(1), self._noise.variance(2)
+        first, second = self._noise_variance(1), self._noise_variance(2)
         if not first.size or not second.size:
             return self.cv_order
         default = self.default_step() * self._stability
@@ -740,8 +866,9 @@ class _LogDensityTrack:
 
 
 class _NoiseAccumulator:
-    """Running mean of the measured gradient-noise variance per coordinate, in theta units
-    scaled to the current z coordinates at measurement time (first and second order).
+    """Running mean of the measured per-unit gradient noise ``N^2 s^2`` per coordinate (z
+    coordinates at measurement time; first and second order), which does not depend on the
+    batch size: the step turns it into the current batch's variance.
 
     Measurements made before the anchor last moved are kept as a fallback until enough new
     ones (``MIN_FRESH``) arrive, since moving the anchor changes the noise.

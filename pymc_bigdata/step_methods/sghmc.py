@@ -159,7 +159,7 @@ class SGHMC(SubsamplingStep):
             state = SGHMCState(z0, momentum, grad)
         noise_var = None
         if self.noise_estimate != "zero":
-            noise_var = self._noise.variance(self.cv_order)
+            noise_var = self._noise_variance(self.cv_order)
             noise_var = noise_var if noise_var.size else None
         new_state, info = self._kernel(
             state,

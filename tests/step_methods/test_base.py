@@ -260,3 +260,80 @@ def test_map_without_mode_warns_and_still_samples():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=step, chains=1, random_seed=2, **SAMPLE_KW)
     assert np.isfinite(idata.posterior["tau"].values).all()
+
+
+def test_default_batch_grows_while_noise_limits_the_step(small_logistic):
+    """Without control variates the gradient noise of a 500-row batch limits the step size:
+    with the default batch tuning raises it (noise variance ~ 1/n - 1/N) and the kept draws
+    use the larger batch with a larger step; a given batch_size is kept."""
+    model, layer = small_logistic
+    runs = {}
+    for given in (None, 1000):
+        kwargs = {} if given is None else {"batch_size": given}
+        step = pmb.SGLD(model=model, layer=layer, control_variates=False, **kwargs)
+        with model:
+            idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
+        runs[given] = idata.sample_stats
+    grown, fixed = runs[None], runs[1000]
+    assert (fixed["batch_size"].values == 1000).all()
+    assert (grown["batch_size"].values > 1000).all()
+    assert grown["step_size"].values[0, -1] > 1.5 * fixed["step_size"].values[0, -1]
+    # the noise share is held at the bound either way
+    assert grown["noise_share"].values[0, -1] <= 1.05 * pmb.adaptation.NOISE_SHARE_BOUND
+
+
+def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monkeypatch):
+    """Divergences halve the step at once; calm blocks double it back (up to the last factor
+    that failed, forgotten at each window end), so a bad start does not fix a tiny step."""
+    model, layer = small_logistic
+    final = {}
+    for blow_ups in (0, 4):
+        step = _step(pmb.SGHMC, small_logistic)
+        original = step._blew_up
+        monkeypatch.setattr(
+            step,
+            "_blew_up",
+            lambda z, lp, o=original, s=step, k=blow_ups: s._draw_index < k or o(z, lp),
+        )
+        with model:
+            idata = pm.sample(step=step, chains=1, random_seed=4, **(SAMPLE_KW | {"tune": 300}))
+        final[blow_ups] = float(idata.sample_stats["step_size"].values[0, -1])
+    assert final[4] == pytest.approx(final[0], rel=0.3)
+
+
+def test_non_finite_measured_log_density_is_a_divergence(small_logistic, monkeypatch):
+    """A draw whose measured log-density estimate is not finite is rejected as diverging,
+    and its noise measurement is dropped."""
+    model, _ = small_logistic
+    step = _step(pmb.SGLD, small_logistic, step_size=0.05, inner_steps=2)
+    measured = step._measured_gradient
+
+    def nan_value(theta, rows):
+        _, grad = measured(theta, rows)
+        step._pending_noise = (np.full(len(theta), np.inf), None)
+        return np.nan, grad
+
+    monkeypatch.setattr(step, "_measured_gradient", nan_value)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(step=step, chains=1, random_seed=6, **SAMPLE_KW)
+    stats = idata.sample_stats
+    measured_draws = stats["diverging"].values[0, :: step.measure_every]
+    assert measured_draws.all()
+    assert not np.isfinite(stats["grad_noise_sd"].values).any()  # nothing was kept
+
+
+def test_mode_far_from_the_draws_is_no_longer_trusted(small_logistic):
+    """A window whose mean sits more than MODE_OUTSIDE_BULK_SD of its sds from the MAP
+    marks the Laplace fit untrusted (its curvature no longer sets the step)."""
+    from pymc_bigdata.adaptation import RunningMoments
+    from pymc_bigdata.step_methods.base import MODE_OUTSIDE_BULK_SD
+
+    step = _step(pmb.SGLD, small_logistic)
+    rng = np.random.default_rng(0)
+    sd = np.sqrt(np.diag(step.laplace.covariance()))
+    for shift, expected in ((0.5, False), (2 * MODE_OUTSIDE_BULK_SD, True)):
+        moments = RunningMoments(step.layer.dim, dense=False)
+        for _ in range(200):
+            moments.add(step.laplace.center + sd * (shift + rng.standard_normal(step.layer.dim)))
+        assert step._mode_outside_bulk(moments) is expected
