@@ -76,7 +76,7 @@ RECENTRE_SD = 0.2
 
 #: a MAP this many of the draws' sds from their mean (any coordinate) is no longer trusted
 #: for the preconditioner's shape or the step size's curvature (see ``_mode_outside_bulk``;
-#: judged only on windows whose draws span at least ``MIN_TRAVEL``)
+#: in units of the larger of the window's and the Laplace sd)
 MODE_OUTSIDE_BULK_SD = 3.0
 
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
@@ -92,6 +92,9 @@ CENSUS_DIRECTIONS = 4
 #: wall in a skewed tail)
 STABILITY_BLOCK = 25
 HOT_TEMPERATURE = 1.5
+#: a hot block cooler than this fraction of the previous block's temperature is relaxing
+#: from an excursion (its momentum is reset, its step kept)
+RELAXING = 0.7
 
 #: with the default batch size, tuning raises it (up to this multiple of the default, and
 #: at most all rows) while the gradient noise limits the step size, and lowers it again
@@ -421,6 +424,9 @@ class SubsamplingStep(ArrayStepShared):
         self._stability = 1.0
         self._stability_ceiling = 1.0
         self._block_diverged = False
+        self._last_block_temperature = 0.0
+        self._window_seen = False
+        self._window_failures = 0
         self._trust_laplace = self.map_problem is None
         self._block_hot: list[float] = []
         self._eval_z = self._eval_grad = None
@@ -700,16 +706,16 @@ class SubsamplingStep(ArrayStepShared):
             self._adapt_step_size(final=False)
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Halve the step size at once after a tuning divergence, and after a tuning block
-        that ran hot; double it back (up to half the last factor that failed since the
-        last window end, and 1) after a calm block."""
+        """Halve the step size at a block's first tuning divergence (at once) and after a
+        block that ran hot; double it back after a calm block, up to the largest factor not
+        yet failed (forgotten when the coordinates change: see ``_forget_failures``)."""
         if self._fixed_step:
             return
-        if diverging:
+        if diverging and not self._block_diverged:
             self._lower_stability()
+        self._block_diverged |= diverging
         kinetic = self._kinetic_temperature()
         self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
-        self._block_diverged |= diverging
         if len(self._block_hot) < STABILITY_BLOCK:
             return
         finite = [t for t in self._block_hot if math.isfinite(t)]
@@ -717,19 +723,31 @@ class SubsamplingStep(ArrayStepShared):
         # a block mean of 2K/d (chi-square_d / d per draw) has sd sqrt(2 / (d B))
         spread = 4.0 * math.sqrt(2.0 / (self.layer.dim * STABILITY_BLOCK))
         hot = temperature > max(HOT_TEMPERATURE, 1.0 + spread)
-        calm = not hot and not self._block_diverged
+        # a chain relaxing from an excursion (e.g. back from beyond a likelihood wall) is hot
+        # but cooling: only a block at least RELAXING times as hot as the last one halves
+        heating = hot and temperature > RELAXING * self._last_block_temperature
+        self._last_block_temperature = temperature
+        halved, calm = self._block_diverged, not hot and not self._block_diverged
         self._block_hot, self._block_diverged = [], False
         if hot:
-            self._lower_stability()
             self._reset_kernel_state()
+        if heating and not halved:  # at most one halving per block
+            self._lower_stability()
         elif calm and self._stability < self._stability_ceiling:
             self._stability = min(2.0 * self._stability, self._stability_ceiling)
             self._adapt_step_size(final=False)
 
     def _lower_stability(self) -> None:
+        self._window_failures += 1
         self._stability *= 0.5
         self._stability_ceiling = min(self._stability_ceiling, self._stability)
         self._adapt_step_size(final=False)
+
+    def _forget_failures(self) -> None:
+        """After the first window (the start's transient: a Laplace draw of a poor fit, an
+        anchor far from the bulk) and when the Laplace fit stops being trusted, failures
+        seen so far no longer cap the step size."""
+        self._stability_ceiling = 1.0
 
     def _end_window(self) -> None:
         moments = self._moments
@@ -737,8 +755,19 @@ class SubsamplingStep(ArrayStepShared):
         if moments.count < 3:
             return
         decorrelated = self.step_size * self.inner_steps >= MIN_TRAVEL
-        if self._trust_laplace and decorrelated and self._mode_outside_bulk(moments):
+        first_window, lost_trust = not self._window_seen, False
+        self._window_seen = True
+        if self._trust_laplace and self._mode_outside_bulk(moments):
+            lost_trust = True
             self._trust_laplace = False
+        if first_window or lost_trust:
+            self._forget_failures()
+        unsettled, self._window_failures = self._window_failures > 0, 0
+        if self._trust_laplace and unsettled:
+            # a divergence or a heating block: the window holds an excursion (e.g. beyond a
+            # likelihood wall) whose spread would mislead the scales and the anchor
+            self._reset_kernel_state()
+            return
         laplace = self.laplace if self._trust_laplace else None
         if self._trust_laplace and not decorrelated:
             cov = self.precond.covariance()  # draws too correlated to judge the scales
@@ -754,7 +783,6 @@ class SubsamplingStep(ArrayStepShared):
             )
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return
-        self._stability_ceiling = 1.0  # new coordinates: the step may grow back
         shift = np.abs(moments.mean - self.anchor.theta) if self.anchor is not None else None
         if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > RECENTRE_SD:
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
@@ -762,11 +790,16 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_kernel_state()
 
     def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
-        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` of the window's sds from
-        the window's mean in some coordinate: the Laplace fit then describes a region the
-        chain does not visit (e.g. a hierarchical scale whose joint mode is far from its
-        marginal bulk), and neither its shape nor its curvature should set the step."""
-        sd = np.sqrt(_diagonal(moments.covariance()))
+        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` sds (the larger of the
+        window's and the Laplace one) from the window's mean in some coordinate: the Laplace
+        fit then describes a region the chain does not visit (e.g. a hierarchical scale whose
+        joint mode is far from its marginal bulk), and neither its shape nor its curvature
+        should set the step."""
+        # correlated draws understate the window's spread: never judge on less than the
+        # Laplace sd
+        sd = np.sqrt(
+            np.maximum(_diagonal(moments.covariance()), _diagonal(self.laplace.covariance()))
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
             distance = np.abs(moments.mean - self.laplace.center) / sd
         return bool(np.any(distance[np.isfinite(distance)] > MODE_OUTSIDE_BULK_SD))
