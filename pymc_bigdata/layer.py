@@ -449,6 +449,16 @@ class MinibatchModel:
         return self._compile([self.theta], graph_replace(batched, {basis: eye}))
 
     # ------------------------------------------------------------------ minibatch quantities
+    def coordinate_label(self, index: int) -> str:
+        """``name[i, j]`` of the raveled parameter vector's ``index``-th coordinate."""
+        for var, shape, size in zip(self.value_vars, self.var_shapes, self.var_sizes):
+            if index < size:
+                if not shape:
+                    return var.name
+                return f"{var.name}[{', '.join(map(str, np.unravel_index(index, shape)))}]"
+            index -= size
+        raise IndexError(f"coordinate {index} beyond the {self.dim} parameters")
+
     def take_rows(self, row_indices: np.ndarray) -> list[np.ndarray]:
         """Rows of every data array for the given indices (through the row source)."""
         return self.rows.take(row_indices)

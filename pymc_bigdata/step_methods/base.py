@@ -760,6 +760,7 @@ class SubsamplingStep(ArrayStepShared):
         if self._trust_laplace and self._mode_outside_bulk(moments):
             lost_trust = True
             self._trust_laplace = False
+            self._warn_mode_outside_bulk(moments)
         if first_window or lost_trust:
             self._forget_failures()
         unsettled, self._window_failures = self._window_failures > 0, 0
@@ -788,6 +789,22 @@ class SubsamplingStep(ArrayStepShared):
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()
         self._reset_kernel_state()
+
+    def _warn_mode_outside_bulk(self, moments: RunningMoments) -> None:
+        sd = np.sqrt(_diagonal(moments.covariance()))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            distance = np.abs(moments.mean - self.laplace.center) / sd
+        worst = int(np.nanargmax(np.where(np.isfinite(distance), distance, -1.0)))
+        warnings.warn(
+            f"{type(self).__name__}: the MAP is {distance[worst]:.1f} of the tuning draws' sds "
+            f"from their mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
+            "Laplace fit does not describe this posterior, and tuning now relies on the draws "
+            "alone. In hierarchical models this is the sign of a parameterisation that does "
+            "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
+            "or a centred one with data-poor groups; the other one samples better.",
+            ModeWarning,
+            stacklevel=2,
+        )
 
     def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
         """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` sds (the larger of the

@@ -337,3 +337,10 @@ def test_mode_far_from_the_draws_is_no_longer_trusted(small_logistic):
         for _ in range(200):
             moments.add(step.laplace.center + sd * (shift + rng.standard_normal(step.layer.dim)))
         assert step._mode_outside_bulk(moments) is expected
+    # at a window's end: a ModeWarning that names the coordinate and the fix, and the
+    # preconditioner from the draws alone (unit curvature range)
+    step._moments = moments
+    with pytest.warns(pmb.ModeWarning, match=r"beta\[\d\].*parameterisation"):
+        step._end_window()
+    assert not step._trust_laplace
+    assert step.precond.curvature_range == (1.0, 1.0)

@@ -180,19 +180,7 @@ def test_rare_event_heating_is_flagged(rare_event):
         sample_two_chains(model, step, seed=17)
 
 
-RARE_EVENT_SGHMC_OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="known open problem (issue 6 note): SGHMC's step size collapses to ~0.3 with 100 "
-    "steps/draw on the flag coefficient's likelihood wall and mixes poorly (0.12 sd off, "
-    "ESS 128 at seed 2026 in benchmarks/results/hard_targets.md)",
-)
-
-
-@pytest.mark.parametrize(
-    "cls",
-    [pytest.param(pmb.SGHMC, marks=RARE_EVENT_SGHMC_OPEN), pmb.SGLD],
-    ids=["sghmc", "sgld"],
-)
+@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
 def test_rare_event_defaults(cls, rare_event):
     """Defaults: the feature's 255 rows form the census stratum; against the importance-
     sampling reference the bars hold, and no bias alarm is raised."""
