@@ -790,14 +790,28 @@ class SubsamplingStep(ArrayStepShared):
             self._noise.recentred()
         self._reset_kernel_state()
 
-    def _warn_mode_outside_bulk(self, moments: RunningMoments) -> None:
-        sd = np.sqrt(_diagonal(moments.covariance()))
+    def _mode_distance(self, moments: RunningMoments) -> np.ndarray:
+        """``|window mean - MAP|`` per coordinate in sds, the larger of the window's and the
+        Laplace one (correlated draws understate the window's spread); non-finite as 0."""
+        window_var = _diagonal(moments.covariance())
+        sd = np.sqrt(np.maximum(window_var, _diagonal(self.laplace.covariance())))
         with np.errstate(divide="ignore", invalid="ignore"):
             distance = np.abs(moments.mean - self.laplace.center) / sd
-        worst = int(np.nanargmax(np.where(np.isfinite(distance), distance, -1.0)))
+        return np.where(np.isfinite(distance), distance, 0.0)
+
+    def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
+        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` sds from the window's mean
+        in some coordinate (see ``_mode_distance``): the Laplace fit then describes a region
+        the chain does not visit (e.g. a hierarchical scale whose joint mode is far from its
+        marginal bulk), and neither its shape nor its curvature should set the step."""
+        return bool(np.any(self._mode_distance(moments) > MODE_OUTSIDE_BULK_SD))
+
+    def _warn_mode_outside_bulk(self, moments: RunningMoments) -> None:
+        distance = self._mode_distance(moments)
+        worst = int(np.argmax(distance))
         warnings.warn(
-            f"{type(self).__name__}: the MAP is {distance[worst]:.1f} of the tuning draws' sds "
-            f"from their mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
+            f"{type(self).__name__}: the MAP is {distance[worst]:.1f} sds from the tuning "
+            f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
             "Laplace fit does not describe this posterior, and tuning now relies on the draws "
             "alone. In hierarchical models this is the sign of a parameterisation that does "
             "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
@@ -805,21 +819,6 @@ class SubsamplingStep(ArrayStepShared):
             ModeWarning,
             stacklevel=2,
         )
-
-    def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
-        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` sds (the larger of the
-        window's and the Laplace one) from the window's mean in some coordinate: the Laplace
-        fit then describes a region the chain does not visit (e.g. a hierarchical scale whose
-        joint mode is far from its marginal bulk), and neither its shape nor its curvature
-        should set the step."""
-        # correlated draws understate the window's spread: never judge on less than the
-        # Laplace sd
-        sd = np.sqrt(
-            np.maximum(_diagonal(moments.covariance()), _diagonal(self.laplace.covariance()))
-        )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            distance = np.abs(moments.mean - self.laplace.center) / sd
-        return bool(np.any(distance[np.isfinite(distance)] > MODE_OUTSIDE_BULK_SD))
 
     def _adapt_step_size(self, final: bool) -> None:
         """Control-variate order, step size and inner steps from the measured noise."""
