@@ -581,16 +581,17 @@ class SubsamplingStep(ArrayStepShared):
         with np.errstate(all="ignore"):
             z, finite = self._transitions(z0)
         lp = self._eval_lp
-        diverging = not finite or self._blew_up(z, lp)
+        virial = self._virial()
+        diverging = not finite or self._blew_up(z, lp, virial)
         if diverging:
             self._on_divergence()
-            z, lp = z0, math.nan
+            z, lp, virial = z0, math.nan, math.nan
         else:
             self._commit_noise()
             if math.isfinite(lp):
                 self._lp_track.add(lp)
         theta = self.precond.theta(z)
-        stats = self._common_stats(lp, diverging)
+        stats = self._common_stats(lp, virial, diverging)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._watch_stability(diverging, stats["virial"])
@@ -602,16 +603,21 @@ class SubsamplingStep(ArrayStepShared):
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
 
-    def _blew_up(self, z: np.ndarray, lp: float) -> bool:
-        """A draw that left the posterior: far out in z, a virial far above 1, a measured
-        log density that is not finite, or one that fell by more than the threshold."""
+    def _virial(self) -> float:
+        """``-z . grad / d`` at the draw's last gradient evaluation (NaN before any)."""
+        if self._eval_grad is None:
+            return math.nan
+        return -float(self._eval_z @ self._eval_grad) / self.layer.dim
+
+    def _blew_up(self, z: np.ndarray, lp: float, virial: float) -> bool:
+        """A draw that left the posterior: far out in z, a virial far from 1 (or not
+        finite), a measured log density that is not finite, or one that fell by more than
+        the threshold."""
         measured = self._pending_noise is not None
         if float(np.max(np.abs(z))) > BLOWUP_Z or (measured and not math.isfinite(lp)):
             return True
-        if self._eval_grad is not None:
-            virial = -float(self._eval_z @ self._eval_grad) / self.layer.dim
-            if not abs(virial) < BLOWUP_VIRIAL:
-                return True
+        if self._eval_grad is not None and not abs(virial) < BLOWUP_VIRIAL:
+            return True
         return self._lp_track.dropped(lp)
 
     def _commit_noise(self) -> None:
@@ -634,11 +640,8 @@ class SubsamplingStep(ArrayStepShared):
             return self.rng.standard_normal(self.layer.dim)
         return self.precond.z(theta0)
 
-    def _common_stats(self, lp: float, diverging: bool) -> dict[str, Any]:
+    def _common_stats(self, lp: float, virial: float, diverging: bool) -> dict[str, Any]:
         share, noise_var = self._current_noise()
-        virial = math.nan
-        if self._eval_grad is not None and not diverging:
-            virial = -float(self._eval_z @ self._eval_grad) / self.layer.dim
         if not self.tune:
             self.monitor.add(virial, share, self._kinetic_temperature())
         stats = {

@@ -293,7 +293,7 @@ def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monke
         monkeypatch.setattr(
             step,
             "_blew_up",
-            lambda z, lp, o=original, s=step, k=blow_ups: s._draw_index < k or o(z, lp),
+            lambda z, lp, v, o=original, s=step, k=blow_ups: s._draw_index < k or o(z, lp, v),
         )
         with model:
             idata = pm.sample(step=step, chains=1, random_seed=4, **(SAMPLE_KW | {"tune": 300}))
