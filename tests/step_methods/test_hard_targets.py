@@ -25,6 +25,7 @@ from pathlib import Path
 
 import arviz as az
 import numpy as np
+import pymc as pm
 import pytest
 from conftest import check_posterior, sample_two_chains
 from hard_models import (
@@ -198,3 +199,29 @@ def test_rare_event_defaults(cls, rare_event):
     ref = _reference("rare_event_logistic")
     draws = idata.posterior["beta"].values.reshape(-1, 5)
     _assert_bars(cls, draws.mean(0), draws.std(0), ref["beta__mean"], ref["beta__sd"])
+
+
+# ---------------------------------------------------------------------- a MAP outside the bulk
+@pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
+def test_mode_outside_the_bulk_is_reported(centred):
+    """The non-centred hierarchical model's joint mode is ~9 posterior sds from the bulk: the
+    first window says so (a ModeWarning naming the coordinate and the fix). The centred
+    model's MAP is within 1 sd of the bulk: no such warning."""
+    model = hier_logistic(centred=centred)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(
+            step=pmb.SGHMC(),
+            tune=300,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    reported = [
+        w
+        for w in caught
+        if issubclass(w.category, pmb.ModeWarning) and "does not describe" in str(w.message)
+    ]
+    assert bool(reported) is not centred
