@@ -146,7 +146,7 @@ class SubsamplingStep(ArrayStepShared):
         displacements (``CENSUS_FACTOR`` times the mean influence; e.g. the rows of a rare
         feature or a tiny group) and include them in every minibatch with weight 1, the other
         rows being subsampled with weight ``(N - C) / n`` (stratified sampling: unbiased, and
-        those rows add no noise). At most ``batch_size // 2`` rows.
+        those rows add no noise). At most ``batch_size // 2`` rows, and ``N - batch_size``.
     replace
         Draw minibatch rows with replacement (default: without).
     reshuffle
@@ -303,7 +303,7 @@ class SubsamplingStep(ArrayStepShared):
         influence = np.where(np.isfinite(influence), influence, np.inf)
         threshold = CENSUS_FACTOR * float(np.mean(influence[np.isfinite(influence)]))
         heavy = np.flatnonzero(influence > threshold)
-        cap = self.batch_size // 2
+        cap = min(self.batch_size // 2, layer.n_rows - self.batch_size)  # the rest must fill n
         if len(heavy) > cap:
             heavy = heavy[np.argsort(influence[heavy])[::-1][:cap]]
         return np.sort(heavy)

@@ -344,3 +344,16 @@ def test_mode_far_from_the_draws_is_no_longer_trusted(small_logistic):
         step._end_window()
     assert not step._trust_laplace
     assert step.precond.curvature_range == (1.0, 1.0)
+
+
+def test_census_leaves_enough_rows_for_a_minibatch(small_logistic, monkeypatch):
+    """The census takes at most batch_size // 2 rows and N - batch_size: with a batch of
+    4,900 of 5,000 rows and 200 rows standing out, 100 go to the census and the other 4,900
+    still fill a minibatch (the census used to take all 200 and leave 4,800)."""
+    model, layer = small_logistic
+    influence = np.ones(layer.n_rows)
+    influence[:200] = 1e6
+    monkeypatch.setattr(layer, "row_influence", lambda theta, directions: influence)
+    step = pmb.SGLD(model=model, layer=layer, batch_size=4900)
+    assert len(step.census) == 100
+    assert len(step._rows.draw()) == 4900
