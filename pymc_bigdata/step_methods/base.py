@@ -71,8 +71,12 @@ MAX_INNER_STEPS = 100
 MIN_TRAVEL = 1.0
 
 #: the anchor moves to a window's mean only when that is this many sds from it (one
-#: full-data pass saved per window when the MAP already sits at the posterior mean)
+#: full-data pass saved per window when the MAP already sits at the posterior mean) and
+#: more than ``RECENTRE_SE`` standard errors of the window mean (``sd sqrt(2 / draws)``:
+#: tuned chains keep an ESS of at least half their draws), so that a short window's noisy
+#: mean does not move it
 RECENTRE_SD = 0.2
+RECENTRE_SE = 3.0
 
 #: a MAP this many of the draws' sds from their mean (any coordinate) is no longer trusted
 #: for the preconditioner's shape or the step size's curvature (see ``_mode_outside_bulk``;
@@ -788,7 +792,8 @@ class SubsamplingStep(ArrayStepShared):
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return
         shift = np.abs(moments.mean - self.anchor.theta) if self.anchor is not None else None
-        if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > RECENTRE_SD:
+        threshold = max(RECENTRE_SD, RECENTRE_SE * math.sqrt(2.0 / moments.count))
+        if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > threshold:
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()
         self._reset_kernel_state()
