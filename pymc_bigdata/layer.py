@@ -414,6 +414,19 @@ class MinibatchModel:
         return self._compile([self.theta, self.direction, *self.row_inputs], self._row_jvp_graph)
 
     @cached_property
+    def _directional_parts_fns(self) -> dict[bool, pytensor.compile.function.types.Function]:
+        """Prior directional derivative and per-row ones (minus the anchor's), one call."""
+        prior = pushforward(self.prior_graph, self.theta, self.direction)
+        rows = self._row_jvp_graph
+        return {
+            False: self._compile([self.theta, self.direction, *self.row_inputs], [prior, rows]),
+            True: self._compile(
+                [self.theta, self.anchor, self.direction, *self.row_inputs],
+                [prior, rows - clone_replace(rows, {self.theta: self.anchor})],
+            ),
+        }
+
+    @cached_property
     def _row_grads_fn(self):
         # A batch of forward-mode passes, one per coordinate: vectorising the pushforward
         # over its tangent turns each matrix-vector product into one matrix-matrix product.
@@ -458,6 +471,14 @@ class MinibatchModel:
                 return f"{var.name}[{', '.join(map(str, np.unravel_index(index, shape)))}]"
             index -= size
         raise IndexError(f"coordinate {index} beyond the {self.dim} parameters")
+
+    def value_var_slices(self) -> list[tuple[str, slice, tuple[int, ...]]]:
+        """``(name, slice of the raveled vector, shape)`` of every value variable."""
+        out, start = [], 0
+        for var, shape, size in zip(self.value_vars, self.var_shapes, self.var_sizes):
+            out.append((var.name, slice(start, start + size), tuple(shape)))
+            start += size
+        return out
 
     def take_rows(self, row_indices: np.ndarray) -> list[np.ndarray]:
         """Rows of every data array for the given indices (through the row source)."""
@@ -573,6 +594,29 @@ class MinibatchModel:
     ) -> np.ndarray:
         """``direction . grad l_i(theta)`` for every given row, shape (n,), by forward mode."""
         return self._row_jvp_fn(theta, np.asarray(direction, dtype=np.float64), *rows)
+
+    def directional_parts(
+        self,
+        theta: np.ndarray,
+        direction: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+    ) -> tuple[float, np.ndarray]:
+        """The pieces of a minibatch estimate of ``direction . grad log p(theta)``.
+
+        Returns the log prior's directional derivative (with the transforms' Jacobians) and,
+        per given row, ``u . grad l_i(theta)`` or with an anchor the control-variate residual
+        ``u . [grad l_i(theta) - grad l_i(theta*)]``: one forward pass over the rows (two with
+        an anchor), no gradient.  The caller weights and sums the rows, adds
+        ``u . anchor.loglik_grad`` with an anchor, and has the rows' spread for the noise.
+        """
+        u = np.asarray(direction, dtype=np.float64)
+        fn = self._directional_parts_fns[anchor is not None]
+        if anchor is None:
+            prior, per_row = fn(theta, u, *rows)
+        else:
+            prior, per_row = fn(theta, anchor.theta, u, *rows)
+        return float(prior), per_row
 
     def row_gradients(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients ``grad l_i(theta)``, shape (n, d)."""

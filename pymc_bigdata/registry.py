@@ -16,6 +16,7 @@ import pymc.step_methods as pm_steps
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.sbps import SBPS, pSBPS
 from pymc_bigdata.step_methods.sghmc import SGHMC
 from pymc_bigdata.step_methods.sgld import SGLD
 
@@ -24,7 +25,7 @@ __all__ = ["prefer", "register"]
 
 def register() -> None:
     """Append our step methods to ``pymc.step_methods.STEP_METHODS`` (idempotent)."""
-    for cls in (SGLD, SGHMC):
+    for cls in (SGLD, SGHMC, SBPS, pSBPS):
         if cls not in pm_steps.STEP_METHODS:
             pm_steps.STEP_METHODS.append(cls)
 

@@ -1,7 +1,8 @@
 """PyMC step methods built on the model layer and the pure kernels."""
 
 from pymc_bigdata.step_methods.base import Preconditioner, SubsamplingStep
+from pymc_bigdata.step_methods.sbps import SBPS, pSBPS
 from pymc_bigdata.step_methods.sghmc import SGHMC
 from pymc_bigdata.step_methods.sgld import SGLD
 
-__all__ = ["SGHMC", "SGLD", "Preconditioner", "SubsamplingStep"]
+__all__ = ["SBPS", "SGHMC", "SGLD", "Preconditioner", "SubsamplingStep", "pSBPS"]

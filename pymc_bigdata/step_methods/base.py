@@ -693,11 +693,15 @@ class SubsamplingStep(ArrayStepShared):
         message = self.monitor.verdict(type(self).__name__, self.noise_bound)
         if message is None:
             return None
+        return self._raise_bias_warning(message)
+
+    def _raise_bias_warning(self, message: str) -> SamplerWarning:
+        """Warn now, and hand PyMC the same message for its end-of-sampling report."""
         from pymc.stats.convergence import WarningType
 
         from pymc_bigdata.errors import BiasWarning
 
-        warnings.warn(message, BiasWarning, stacklevel=3)
+        warnings.warn(message, BiasWarning, stacklevel=4)
         return SamplerWarning(WarningType.CONVERGENCE, message, "warn")
 
     # ------------------------------------------------------------------ adaptation

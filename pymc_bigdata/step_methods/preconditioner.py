@@ -86,6 +86,12 @@ class Preconditioner:
             return self.center + self._scale * z
         return self.center + self.matrix @ z
 
+    def direction(self, v: np.ndarray) -> np.ndarray:
+        """``L v``: a velocity or displacement in z mapped to theta (no centre)."""
+        if self._diagonal:
+            return self._scale * v
+        return self.matrix @ v
+
     def z(self, theta: np.ndarray) -> np.ndarray:
         """``L^{-1} (theta - c)``."""
         if self._diagonal:

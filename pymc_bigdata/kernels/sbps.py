@@ -1,0 +1,279 @@
+"""Stochastic Bouncy Particle Sampler (Pakman, Gilboa, Carlson & Paninski, ICML 2017).
+
+The process moves in straight lines ``x(t) = x_0 + M v t`` with a unit velocity ``v`` and bounces
+at the events of a Poisson process of rate ``[G]_+``, ``G = v . M grad U(x)`` (Eqs. 1-3;
+``U = -log p``; ``M`` a diagonal metric, all ones for plain SBPS).  At a bounce ``v`` is
+reflected in the hyperplane normal to ``M grad U`` (Eqs. 4 and 16)::
+
+    v <- v - 2 (v . M g) M g / |M g|^2.
+
+``G`` and ``grad U`` are minibatch estimates (Eqs. 7-8); the bounce events are simulated by
+thinning (Sec. 3.2) with the proposal rate of :mod:`~pymc_bigdata.kernels.sbps_regression`
+(Eqs. 9-13): a proposal at ``t`` observes ``G_hat(t)`` on a fresh minibatch and is accepted with
+probability ``min(1, [G_hat]_+ / lambda(t))``; ``[G_hat]_+ > lambda(t)`` is a *bound
+violation*, the sampler's only source of bias besides the minibatch noise's non-Gaussianity
+(Sec. 4.1).  An accepted proposal reflects ``v`` with the same minibatch's gradient and restarts
+the regression from ``(0, -G_hat, c^2)``; a rejected one joins the regression.  Velocity
+refreshments (``v`` uniform on the sphere) arrive at rate ``refresh_rate``.
+
+pSBPS (Sec. 5) adapts ``M`` at every bounce from the gradient ``g`` there (Eqs. 17-18)::
+
+    a <- beta a + (1 - beta) g^2,    M_i = (a_i + eps)^(-1/2) / mean_j (a_j + eps)^(-1/2).
+
+(The printed Eq. 17 weights ``g^2`` by ``beta``; with the paper's ``beta = 0.99`` that would
+forget the past at once, against its own remark that ``M`` then changes slowly, so the
+exponential average keeps ``beta`` on the past.)
+
+:func:`sbps_advance` runs the process for a fixed travel time and returns, besides the new
+state, the exact time integrals of ``embed(x)`` and ``embed(x)^2`` along the path (Eq. 19's
+continuous-time estimates; ``embed`` is affine, so the path stays linear in it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_bigdata.kernels.poisson_time import first_arrival, interpolate_rate
+from pymc_bigdata.kernels.sbps_regression import Segment, band_knots, fit_line, prior_step
+
+__all__ = [
+    "Observation",
+    "SBPSInfo",
+    "SBPSSettings",
+    "SBPSState",
+    "adapt_metric",
+    "reflect",
+    "sbps_advance",
+    "sbps_init",
+]
+
+#: proposals per call beyond which the process counts as stuck (a collapsed rate)
+MAX_PROPOSALS = 100_000
+
+#: ours: with no proposal within this many knot scales the process observes ``G`` anyway
+#: (an observation at a predictable time leaves the thinning valid): a band that predicts no
+#: bounce for long (a noisy fit with a falling slope) is then corrected before the particle
+#: travels far past where it should have bounced, unseen
+CHECK_AFTER = 4.0
+
+
+class Observation(NamedTuple):
+    """A minibatch estimate of ``G = v . M grad U`` at a point, its noise variance ``c^2``
+    (Eq. 10), the rows it read, and the same minibatch's ``grad U`` (computed on demand: only
+    an accepted bounce needs it)."""
+
+    value: float
+    noise_var: float
+    rows: int
+    gradient: Callable[[], np.ndarray]
+
+
+class SBPSSettings(NamedTuple):
+    """``k`` (Eq. 13), the refreshment rate, the learning rate of the slope prior, the
+    regression's misfit widening, and pSBPS's ``(beta, eps)`` (None: fixed metric)."""
+
+    k: float = 3.0
+    refresh_rate: float = 0.0
+    prior_rate: float = 0.1
+    misfit: bool = True
+    metric_adaptation: tuple[float, float] | None = None
+
+
+class SBPSState(NamedTuple):
+    """Position, unit velocity, the regression's observations since the last bounce (times
+    from the bounce), the time elapsed since it, the slope prior, and the metric ``M`` with
+    pSBPS's running mean of squared gradients ``a``."""
+
+    position: np.ndarray
+    velocity: np.ndarray
+    segment: Segment
+    clock: float
+    mu: float
+    sigma2: float
+    metric: np.ndarray
+    grad_sq: np.ndarray
+
+
+class SBPSInfo(NamedTuple):
+    """What one call did (counts over the travel time), and the path's time integrals."""
+
+    proposals: int
+    bounces: int
+    refreshes: int
+    violations: int
+    expected_violations: float
+    checks: int
+    rows: int
+    finite: bool
+    integral: np.ndarray
+    integral_sq: np.ndarray
+
+
+def sbps_init(
+    position: np.ndarray, rng: np.random.Generator, mu: float, sigma2: float, metric=None
+) -> SBPSState:
+    """A state at ``position`` with a uniform velocity and no observations yet."""
+    dim = len(position)
+    metric = np.ones(dim) if metric is None else np.asarray(metric, dtype=np.float64)
+    return SBPSState(
+        np.asarray(position, dtype=np.float64),
+        _unit_velocity(dim, rng),
+        Segment(),
+        0.0,
+        float(mu),
+        float(sigma2),
+        metric,
+        np.zeros(dim),
+    )
+
+
+def _unit_velocity(dim: int, rng: np.random.Generator) -> np.ndarray:
+    v = rng.standard_normal(dim)
+    return v / np.linalg.norm(v)
+
+
+def reflect(velocity: np.ndarray, normal: np.ndarray) -> np.ndarray:
+    """Eq. 4 (Eq. 16 with ``normal = M grad U``): mirror ``velocity`` in the hyperplane
+    orthogonal to ``normal``; keeps ``|v|`` and flips ``v . normal``."""
+    norm_sq = float(normal @ normal)
+    if not norm_sq > 0.0:
+        return velocity
+    return velocity - 2.0 * float(velocity @ normal) / norm_sq * normal
+
+
+def adapt_metric(
+    grad_sq: np.ndarray, gradient: np.ndarray, beta: float, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eqs. 17-18: the running mean of squared gradients and the normalised metric."""
+    grad_sq = beta * grad_sq + (1.0 - beta) * gradient * gradient
+    inv_sd = 1.0 / np.sqrt(grad_sq + eps)
+    return grad_sq, inv_sd / inv_sd.mean()
+
+
+class _Path:
+    """Time integrals of ``embed(x)`` and its square along the straight pieces travelled."""
+
+    def __init__(self, embed: Callable[[np.ndarray], np.ndarray], start: np.ndarray):
+        self.embed = embed
+        self.here = embed(start)
+        self.integral = np.zeros_like(self.here)
+        self.integral_sq = np.zeros_like(self.here)
+
+    def move_to(self, position: np.ndarray, duration: float) -> None:
+        a, b = self.here, self.embed(position)
+        self.integral += 0.5 * duration * (a + b)
+        self.integral_sq += duration * (a * a + a * b + b * b) / 3.0
+        self.here = b
+
+
+def sbps_advance(
+    state: SBPSState,
+    observe: Callable[[np.ndarray, np.ndarray], Observation],
+    duration: float,
+    settings: SBPSSettings,
+    rng: np.random.Generator,
+    embed: Callable[[np.ndarray], np.ndarray],
+    knot_scale: float = 1.0,
+) -> tuple[SBPSState, SBPSInfo]:
+    """Run the process for ``duration`` units of travel time.
+
+    ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
+    (``direction = M v``).  ``knot_scale`` sets the spacing of the proposal rate's knots
+    (about the length of a segment).  A non-finite observation or position stops the call
+    with ``finite=False`` (the caller rejects the draw).
+    """
+    x, v = state.position.copy(), state.velocity.copy()
+    segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
+    metric, grad_sq = state.metric, state.grad_sq
+    counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
+    expected = 0.0
+    path = _Path(embed, x)
+    left = float(duration)
+
+    def finish(finite: bool) -> tuple[SBPSState, SBPSInfo]:
+        new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq)
+        info = SBPSInfo(
+            counts["proposals"],
+            counts["bounces"],
+            counts["refreshes"],
+            counts["violations"],
+            expected,
+            counts["checks"],
+            counts["rows"],
+            finite,
+            path.integral,
+            path.integral_sq,
+        )
+        return new, info
+
+    while left > 0.0:
+        if not segment.count:  # a fresh start or a refreshment: observe where we are
+            obs = observe(x, metric * v)
+            counts["rows"] += obs.rows
+            if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
+                return finish(False)
+            segment, clock = Segment().add(0.0, obs.value, obs.noise_var), 0.0
+        fit = fit_line(segment, mu, sigma2, settings.misfit)
+        knots, rates = band_knots(fit, clock, knot_scale, settings.k)
+        proposal = first_arrival(knots, rates, rng.exponential())
+        refresh = math.inf
+        if settings.refresh_rate > 0:
+            refresh = clock + rng.exponential() / settings.refresh_rate
+        stop, check = clock + left, clock + CHECK_AFTER * knot_scale
+        event = min(proposal, refresh, stop, check)
+        x = x + (event - clock) * (metric * v)
+        path.move_to(x, event - clock)
+        left -= event - clock
+        clock = event
+        if not np.all(np.isfinite(x)):
+            return finish(False)
+        if event == stop:
+            break
+        if event == refresh:
+            v = _unit_velocity(len(x), rng)
+            segment = Segment()
+            counts["refreshes"] += 1
+            continue
+        obs = observe(x, metric * v)
+        counts["rows"] += obs.rows
+        if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
+            return finish(False)
+        observed = segment.add(clock, obs.value, obs.noise_var)
+        if event == check:  # no proposal for a long while: look, without a decision
+            counts["checks"] += 1
+            segment = observed
+            continue
+        counts["proposals"] += 1
+        if counts["proposals"] > MAX_PROPOSALS:
+            return finish(False)
+        bound = interpolate_rate(knots, rates, clock)
+        expected += _violation_probability(fit, clock, bound)
+        positive = max(obs.value, 0.0)
+        counts["violations"] += positive > bound
+        if rng.uniform() * bound >= positive:  # rejected: the observation joins the fit
+            segment = observed
+            continue
+        gradient = obs.gradient()  # accepted with min(1, [G]_+ / lambda): bounce
+        if not np.all(np.isfinite(gradient)):
+            return finish(False)
+        mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
+        v = reflect(v, metric * gradient)
+        if settings.metric_adaptation is not None:
+            grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
+        # the same minibatch after the bounce: -G_hat (Eq. 4), or its value under a new M
+        after = float(v @ (metric * gradient))
+        segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
+        counts["bounces"] += 1
+    return finish(True)
+
+
+def _violation_probability(fit, t: float, bound: float) -> float:
+    """``P(G(t) > bound)`` under the regression's predictive law (Eq. 11)."""
+    sd = float(fit.predictive_sd(t))
+    if not sd > 0.0:
+        return 0.0
+    return 0.5 * math.erfc((bound - fit.mean(t)) / (sd * math.sqrt(2.0)))

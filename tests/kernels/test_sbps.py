@@ -1,0 +1,239 @@
+"""The SBPS kernel's pieces: Poisson first arrivals, reflection, the regression band, and
+the process itself on Gaussians with exact and noisy gradients."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from pymc_bigdata.kernels.poisson_time import first_arrival, integrated_rate, interpolate_rate
+from pymc_bigdata.kernels.sbps import (
+    Observation,
+    SBPSSettings,
+    adapt_metric,
+    reflect,
+    sbps_advance,
+    sbps_init,
+)
+from pymc_bigdata.kernels.sbps_regression import Segment, band_knots, fit_line, prior_step
+
+# ---------------------------------------------------------------- first arrivals
+
+RATES = {
+    "rising": (np.array([0.0, 0.5, 1.0, 3.0]), np.array([0.2, 0.5, 2.0, 4.0])),
+    "through zero": (np.array([0.0, 1.0, 2.0]), np.array([-1.0, 0.5, 0.2])),
+    "falling": (np.array([0.0, 1.0, 2.0]), np.array([3.0, 1.0, -0.5])),
+    "flat tail": (np.array([1.0, 2.0, 4.0]), np.array([0.0, 1.0, 1.0])),
+}
+
+
+@pytest.mark.parametrize("name", RATES)
+def test_first_arrival_inverts_the_integrated_rate(name):
+    """``Lambda(T) = E`` at the returned time, for draws across the range."""
+    knots, rates = RATES[name]
+    for e in [1e-6, 0.01, 0.3, 1.0, 2.5, 7.0]:
+        t = first_arrival(knots, rates, e)
+        if math.isinf(t):  # only when the total mass is finite and below e
+            assert integrated_rate(knots, rates, 1e9) < e
+        else:
+            assert integrated_rate(knots, rates, t) == pytest.approx(e, rel=1e-9, abs=1e-12)
+            assert t >= knots[0]
+
+
+@pytest.mark.parametrize("name", RATES)
+def test_first_arrival_law(name):
+    """KS test: arrival times from ``E ~ Exp(1)`` have ``P(T <= t) = 1 - exp(-Lambda(t))``
+    (would fail for an error in any piece's quadratic, e.g. a dropped 1/2)."""
+    knots, rates = RATES[name]
+    rng = np.random.default_rng(4)
+    times = np.array([first_arrival(knots, rates, rng.exponential()) for _ in range(4000)])
+    finite = times[np.isfinite(times)]
+    total = integrated_rate(knots, rates, 1e9)
+    # condition on arriving at all: P(T <= t | T < inf) = (1 - e^-L(t)) / (1 - e^-L(inf))
+    cdf = np.vectorize(
+        lambda t: -math.expm1(-integrated_rate(knots, rates, t)) / -math.expm1(-total)
+    )
+    assert scipy.stats.kstest(finite, cdf).pvalue > 1e-3
+    expected_missing = math.exp(-total)
+    missing = 1 - len(finite) / len(times)
+    assert abs(missing - expected_missing) < 4 * math.sqrt(expected_missing / len(times)) + 1e-9
+
+
+def test_interpolated_rate_is_positive_part_and_extrapolates():
+    knots, rates = RATES["through zero"]
+    assert interpolate_rate(knots, rates, 0.0) == 0.0
+    assert interpolate_rate(knots, rates, 1.0) == pytest.approx(0.5)
+    assert interpolate_rate(knots, rates, 3.0) == pytest.approx(0.0 + max(0.2 - 0.3, 0.0))
+
+
+# ---------------------------------------------------------------- reflection
+
+
+def test_reflection_keeps_speed_flips_normal_component_and_is_an_involution():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        v, g = rng.standard_normal(6), rng.standard_normal(6)
+        r = reflect(v, g)
+        assert np.linalg.norm(r) == pytest.approx(np.linalg.norm(v))
+        assert r @ g == pytest.approx(-(v @ g))
+        assert np.allclose(reflect(r, g), v)
+
+
+def test_metric_is_normalised_and_follows_gradient_scale():
+    """Eqs. 17-18: mean metric 1; a coordinate with larger gradients gets a smaller metric."""
+    grad_sq = np.zeros(3)
+    for _ in range(500):
+        grad_sq, metric = adapt_metric(grad_sq, np.array([1.0, 10.0, 100.0]), 0.99, 1e-4)
+    assert metric.mean() == pytest.approx(1.0)
+    assert metric[0] / metric[1] == pytest.approx(10.0, rel=1e-3)
+
+
+# ---------------------------------------------------------------- regression band
+
+
+def _segment(times, values, noise):
+    seg = Segment()
+    for t, g, c in zip(times, values, noise):
+        seg = seg.add(t, g, c)
+    return seg
+
+
+def test_line_fit_and_band_match_a_direct_computation():
+    """Eqs. 9-12 against the textbook weighted least squares with a slope prior."""
+    t = np.array([0.0, 0.3, 0.7, 1.2])
+    g = np.array([-1.0, -0.6, -0.1, 0.5])
+    c2 = np.array([0.04, 0.05, 0.02, 0.03])
+    mu, sigma2 = 1.5, 0.8
+    fit = fit_line(_segment(t, g, c2), mu, sigma2, misfit=False)
+    x = np.stack([np.ones_like(t), t], axis=1)
+    precision = x.T @ np.diag(1 / c2) @ x + np.diag([0.0, 1 / sigma2])
+    cov = np.linalg.inv(precision)
+    beta = cov @ (x.T @ (g / c2) + np.array([0.0, mu / sigma2]))
+    assert [fit.beta0, fit.beta1] == pytest.approx(beta)
+    assert [fit.v00, fit.v01, fit.v11] == pytest.approx([cov[0, 0], cov[0, 1], cov[1, 1]])
+    query = np.array([1.3, 2.0])
+    rho = np.sqrt([np.array([1, s]) @ cov @ np.array([1, s]) + c2[-1] for s in query])
+    assert fit.upper_band(query, 3.0) == pytest.approx(beta[0] + beta[1] * query + 3 * rho)
+    knots, rates = band_knots(fit, 1.2, 1.0, 3.0)
+    assert knots[0] == 1.2 and np.all(np.diff(knots) > 0)
+    # the band is convex, so its chords lie above it
+    middle = 0.5 * (knots[1:] + knots[:-1])
+    assert np.all(0.5 * (rates[1:] + rates[:-1]) >= fit.upper_band(middle, 3.0) - 1e-12)
+
+
+def test_misfit_widens_the_band_only_for_curved_data():
+    t = np.linspace(0.0, 1.0, 6)
+    c2 = np.full(6, 1e-4)
+    straight = fit_line(_segment(t, 2 * t - 1, c2), 1.0, 1.0)
+    curved = fit_line(_segment(t, 3 * t**2 - 1, c2), 1.0, 1.0)
+    plain = fit_line(_segment(t, 3 * t**2 - 1, c2), 1.0, 1.0, misfit=False)
+    assert straight.last_noise_var == pytest.approx(1e-4)
+    assert curved.predictive_sd(1.5) > 10 * plain.predictive_sd(1.5)
+
+
+def test_prior_step_moves_towards_informative_segments_only():
+    informative = _segment([0.0, 1.0, 2.0], [-1.0, 1.0, 3.0], [1e-4] * 3)  # slope 2
+    uninformative = _segment([0.0, 0.01], [-1.0, 5.0], [100.0, 100.0])
+    mu, s2 = prior_step(informative, 1.0, 0.5, 0.1)
+    assert mu == pytest.approx(1.1, rel=1e-3) and s2 > 0.5 * 0.9
+    mu2, _ = prior_step(uninformative, 1.0, 0.5, 0.1)
+    assert abs(mu2 - 1.0) < 1e-3
+
+
+# ---------------------------------------------------------------- the process
+
+
+def _gaussian_observer(precision: np.ndarray, noise_sd: float, rng):
+    """Exact (or noisy, iid per observation) gradients of U = x^T P x / 2."""
+
+    def observe(x, direction):
+        grad = precision @ x + noise_sd * rng.standard_normal(len(x))
+        return Observation(
+            float(direction @ grad), noise_sd**2 * float(direction @ direction), 1, lambda: grad
+        )
+
+    return observe
+
+
+def _run(precision, noise_sd, k, draws, seed, metric_adaptation=None):
+    rng = np.random.default_rng(seed)
+    d = len(precision)
+    state = sbps_init(np.zeros(d), rng, 1.0, 1.0)
+    settings = SBPSSettings(k=k, refresh_rate=1 / math.sqrt(d), metric_adaptation=metric_adaptation)
+    observe = _gaussian_observer(precision, noise_sd, rng)
+    positions, means, squares = [], [], []
+    travel = 2.0 * math.sqrt(d)
+    for _ in range(draws):
+        state, info = sbps_advance(state, observe, travel, settings, rng, lambda x: x)
+        assert info.finite
+        positions.append(state.position)
+        means.append(info.integral / travel)
+        squares.append(info.integral_sq / travel)
+    return np.array(positions), np.array(means), np.array(squares), state
+
+
+def _assert_covariance(draws, cov, ess_floor):
+    """Mean within 4.5 sd/sqrt(ESS) and variances within 4.5 relative SEs (sqrt(2/ESS))."""
+    import arviz as az
+
+    sd = np.sqrt(np.diag(cov))
+    ess = np.array([float(az.ess(draws[None, :, j])) for j in range(draws.shape[1])])
+    assert ess.min() > ess_floor
+    assert np.all(np.abs(draws.mean(0)) < 4.5 * sd / np.sqrt(ess))
+    sq_ess = np.array([float(az.ess(draws[None, :, j] ** 2)) for j in range(draws.shape[1])])
+    rel = draws.var(0) / sd**2
+    assert np.all(np.abs(rel - 1) < 4.5 * np.sqrt(2 / sq_ess)), rel
+
+
+def test_exact_gradients_reproduce_a_correlated_gaussian():
+    """With exact gradients and k = 5 the process targets a correlated 2-D Gaussian: from
+    the recorded draws and from the continuous-time (path) averages."""
+    cov = np.array([[1.0, 0.8], [0.8, 1.0]])
+    draws, means, squares, _ = _run(np.linalg.inv(cov), 0.0, 5.0, 4000, seed=2)
+    _assert_covariance(draws, cov, 500)
+    path_var = squares.mean(0) - means.mean(0) ** 2
+    assert path_var == pytest.approx(np.diag(cov), rel=0.12)
+    assert np.abs(means.mean(0)).max() < 0.15
+
+
+def test_noisy_gradients_keep_the_target():
+    """Theorem 1: zero-mean gradient noise (sd 1 per coordinate) leaves a 5-D unit Gaussian
+    invariant; k = 5 keeps bound violations negligible."""
+    draws, _, _, _ = _run(np.eye(5), 1.0, 5.0, 3000, seed=3)
+    _assert_covariance(draws, np.eye(5), 500)
+
+
+def test_a_biased_kernel_fails_the_check():
+    """Power: a process whose bounces use twice the gradient (the wrong target) fails."""
+    draws, _, _, _ = _run(2.0 * np.eye(3), 0.0, 5.0, 3000, seed=4)
+    with pytest.raises(AssertionError):
+        _assert_covariance(draws, np.eye(3), 100)
+
+
+def test_preconditioned_reflection_keeps_the_target():
+    """Eq. 16 with a fixed diagonal metric M: moving along M v and reflecting on M grad U
+    still targets the Gaussian (an anisotropic one, sds 1 and 10)."""
+    precision = np.diag([1.0, 0.01])
+    rng = np.random.default_rng(5)
+    state = sbps_init(np.zeros(2), rng, 1.0, 1.0, metric=np.array([0.2, 1.8]))
+    settings = SBPSSettings(k=5.0, refresh_rate=0.1)
+    observe = _gaussian_observer(precision, 0.0, rng)
+    draws = []
+    for _ in range(3000):
+        state, info = sbps_advance(state, observe, 20.0, settings, rng, lambda x: x)
+        draws.append(state.position)
+    _assert_covariance(np.array(draws), np.diag([1.0, 100.0]), 300)
+
+
+def test_non_finite_observation_stops_with_finite_false():
+    rng = np.random.default_rng(0)
+
+    def observe(x, direction):
+        return Observation(math.nan, 0.0, 1, lambda: x)
+
+    state = sbps_init(np.zeros(2), rng, 1.0, 1.0)
+    _, info = sbps_advance(state, observe, 1.0, SBPSSettings(), rng, lambda x: x)
+    assert not info.finite
