@@ -641,7 +641,10 @@ class SubsamplingStep(ArrayStepShared):
         """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
         self._reset_kernel_state()
         if self._chain_tune > 0 and self.map_problem is None:
-            return self.rng.standard_normal(self.layer.dim)
+            draw = self.rng.standard_normal(self.layer.dim)
+            if self.precond.kind == "identity":  # z = theta - c: scale by the Laplace sds
+                draw = draw * self.laplace.laplace_sd()
+            return draw
         return self.precond.z(theta0)
 
     def _common_stats(self, lp: float, virial: float, diverging: bool) -> dict[str, Any]:

@@ -116,6 +116,14 @@ class Preconditioner:
             return self._scale**2
         return self.matrix @ self.matrix.T
 
+    def laplace_sd(self) -> np.ndarray:
+        """Marginal sds of the Laplace fit in theta (from ``precision``; ones without one)."""
+        if self.precision is None:
+            return np.ones(len(self.center))
+        if self.precision.ndim == 1:
+            return 1.0 / np.sqrt(self.precision)
+        return np.sqrt(np.diag(np.linalg.inv(_dense(self.precision))))
+
     # ------------------------------------------------------------------ curvature
     def _curvature_range(self, precision: np.ndarray | None) -> tuple[float, float]:
         if precision is None:
