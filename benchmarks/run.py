@@ -80,7 +80,7 @@ class Config:
     out_stem: str
 
 
-ALL_METHODS = ("sghmc", "sgld", "nuts", "blackjax", "hmcecs")
+ALL_METHODS = ("sghmc", "sgld", "sbps", "nuts", "blackjax", "hmcecs")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
@@ -473,10 +473,10 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
     is timed by re-running it on the compiled layer, and compile = setup - MAP + warm-up.
     Wall = MAP + ``pm.sample``'s own sampling time (tuning included).
     """
-    cls = {"sghmc": pmb.SGHMC, "sgld": pmb.SGLD}[kind]
+    cls = {"sghmc": pmb.SGHMC, "sgld": pmb.SGLD, "sbps": pmb.SBPS}[kind]
     label = f"ours {kind.upper()}"
     model = build_model(data)
-    seed = config.seed + {"sghmc": 11, "sgld": 23}[kind]
+    seed = config.seed + {"sghmc": 11, "sgld": 23, "sbps": 3}[kind]
     t0 = time.perf_counter()
     step = cls(model=model)
     setup_s = time.perf_counter() - t0
@@ -538,11 +538,26 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
         }
         if "noise_clipped" in idata.sample_stats:
             res.extra["noise_clipped"] = int(stat_total(idata, "noise_clipped"))
-        res.notes = f"eps={step.step_size:.3g}, {step.inner_steps} steps/draw" + (
-            divergence_note(div_tune, div_draws)
-        )
+        res.notes = f"eps={step.step_size:.3g}, {step.inner_steps} steps/draw"
+        if kind == "sbps":
+            res.notes = _sbps_notes(idata, res, res.extra)
+        res.notes += divergence_note(div_tune, div_draws)
         results.append(res)
     return results
+
+
+def _sbps_notes(idata, res: MethodResult, extra: dict) -> str:
+    """Travel per draw, proposals and rows per effective draw, violations (kept draws)."""
+    kept = idata.sample_stats  # tuning's stats are in warmup_sample_stats
+    proposals = float(kept["proposals"].sum())
+    rows = float(kept["rows_touched"].sum())
+    violations = int(kept["violations"].sum())
+    extra.update(proposals=proposals, violations=violations, kept_rows=rows)
+    per_ess = f"{proposals / res.min_ess:.1f} proposals, {rows / res.min_ess:,.0f} rows"
+    return (
+        f"travel={extra['step_size']:.3g}, {per_ess} per ESS (kept draws), "
+        f"{violations} violations in {proposals:,.0f} proposals"
+    )
 
 
 # ---------------------------------------------------------------------------- PyMC NUTS
@@ -962,6 +977,7 @@ def run_size(n_rows: int, config: Config) -> tuple[Reference, list[MethodResult]
     runners: dict[str, Callable[[Dataset, Reference, Config], list[MethodResult]]] = {
         "sghmc": lambda d, r, c: run_ours("sghmc", d, r, c),
         "sgld": lambda d, r, c: run_ours("sgld", d, r, c),
+        "sbps": lambda d, r, c: run_ours("sbps", d, r, c),
         "nuts": run_nuts,
         "blackjax": run_blackjax,
         "hmcecs": run_hmcecs,
