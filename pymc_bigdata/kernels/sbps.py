@@ -54,6 +54,11 @@ __all__ = [
 #: proposals per call beyond which the process counts as stuck (a collapsed rate)
 MAX_PROPOSALS = 100_000
 
+#: ours: the band's noise variance ``c_m^2`` (Eq. 12) is at least the running mean of the
+#: observations' ``c^2`` with this weight: a minibatch that happens to miss a few rare,
+#: influential rows (the events of a rare outcome) underestimates its own noise
+NOISE_MEMORY = 0.05
+
 #: ours: with no proposal within this many knot scales the process observes ``G`` anyway
 #: (an observation at a predictable time leaves the thinning valid): a band that predicts no
 #: bounce for long (a noisy fit with a falling slope) is then corrected before the particle
@@ -74,13 +79,15 @@ class Observation(NamedTuple):
 
 class SBPSSettings(NamedTuple):
     """``k`` (Eq. 13), the refreshment rate, the learning rate of the slope prior, the
-    regression's misfit widening, and pSBPS's ``(beta, eps)`` (None: fixed metric)."""
+    regression's misfit widening, pSBPS's ``(beta, eps)`` (None: fixed metric), and whether
+    the band's noise variance is at least the running mean of the observed ones."""
 
     k: float = 3.0
     refresh_rate: float = 0.0
     prior_rate: float = 0.1
     misfit: bool = True
     metric_adaptation: tuple[float, float] | None = None
+    noise_memory: bool = True
 
 
 class SBPSState(NamedTuple):
@@ -96,6 +103,7 @@ class SBPSState(NamedTuple):
     sigma2: float
     metric: np.ndarray
     grad_sq: np.ndarray
+    noise_level: float = 0.0
 
 
 class SBPSInfo(NamedTuple):
@@ -188,14 +196,14 @@ def sbps_advance(
     """
     x, v = state.position.copy(), state.velocity.copy()
     segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
-    metric, grad_sq = state.metric, state.grad_sq
+    metric, grad_sq, noise_level = state.metric, state.grad_sq, state.noise_level
     counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
     expected = 0.0
     path = _Path(embed, x)
     left = float(duration)
 
     def finish(finite: bool) -> tuple[SBPSState, SBPSInfo]:
-        new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq)
+        new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq, noise_level)
         info = SBPSInfo(
             counts["proposals"],
             counts["bounces"],
@@ -217,7 +225,10 @@ def sbps_advance(
             if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
                 return finish(False)
             segment, clock = Segment().add(0.0, obs.value, obs.noise_var), 0.0
+            noise_level = _remember(noise_level, obs.noise_var)
         fit = fit_line(segment, mu, sigma2, settings.misfit)
+        if settings.noise_memory and noise_level > fit.last_noise_var:
+            fit = fit._replace(last_noise_var=noise_level)
         knots, rates = band_knots(fit, clock, knot_scale, settings.k)
         proposal = first_arrival(knots, rates, rng.exponential())
         refresh = math.inf
@@ -243,6 +254,7 @@ def sbps_advance(
         if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
             return finish(False)
         observed = segment.add(clock, obs.value, obs.noise_var)
+        noise_level = _remember(noise_level, obs.noise_var)
         if event == check:  # no proposal for a long while: look, without a decision
             counts["checks"] += 1
             segment = observed
@@ -269,6 +281,13 @@ def sbps_advance(
         segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
         counts["bounces"] += 1
     return finish(True)
+
+
+def _remember(level: float, noise_var: float) -> float:
+    """Running mean of the observations' noise variances (weight ``NOISE_MEMORY``)."""
+    if level == 0.0:
+        return noise_var
+    return level + NOISE_MEMORY * (noise_var - level)
 
 
 def _violation_probability(fit, t: float, bound: float) -> float:
