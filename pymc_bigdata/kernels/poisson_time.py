@@ -9,6 +9,7 @@ by piece in closed form (a quadratic on each piece where the rate is positive).
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -16,11 +17,17 @@ import numpy as np
 __all__ = ["first_arrival", "integrated_rate", "interpolate_rate"]
 
 
-def interpolate_rate(knots: np.ndarray, rates: np.ndarray, t: float) -> float:
+def interpolate_rate(knots, rates, t: float) -> float:
     """``[gamma(t)]_+``: the interpolated rate at ``t >= knots[0]`` (extrapolated beyond)."""
-    j = min(max(int(np.searchsorted(knots, t, side="right")) - 1, 0), len(knots) - 2)
+    knots, rates = _floats(knots), _floats(rates)
+    j = min(max(bisect.bisect_right(knots, t) - 1, 0), len(knots) - 2)
     slope = (rates[j + 1] - rates[j]) / (knots[j + 1] - knots[j])
     return max(rates[j] + slope * (t - knots[j]), 0.0)
+
+
+def _floats(values) -> list[float]:
+    """Python floats (the loops here are scalar: numpy scalars would slow them down)."""
+    return values.tolist() if isinstance(values, np.ndarray) else values
 
 
 def _positive_part(r0: float, slope: float, length: float) -> tuple[float, float, float]:
@@ -45,6 +52,7 @@ def _solve_within(r0: float, slope: float, mass: float) -> float:
 
 def integrated_rate(knots: np.ndarray, rates: np.ndarray, t: float) -> float:
     """``Lambda(t) = int_{knots[0]}^t [gamma]_+`` (exact; used by the tests of the sampler)."""
+    knots, rates = _floats(knots), _floats(rates)
     total = 0.0
     for j in range(len(knots) - 1):
         left = knots[j]
@@ -63,6 +71,7 @@ def first_arrival(knots: np.ndarray, rates: np.ndarray, exponential: float) -> f
     Pass ``rng.exponential()``; taking the draw rather than a generator keeps the map
     deterministic, so a test can check it against :func:`integrated_rate`.
     """
+    knots, rates = _floats(knots), _floats(rates)
     remaining = float(exponential)
     last = len(knots) - 2
     for j in range(last + 1):

@@ -236,7 +236,8 @@ def sbps_advance(
             refresh = clock + rng.exponential() / settings.refresh_rate
         stop, check = clock + left, clock + CHECK_AFTER * knot_scale
         event = min(proposal, refresh, stop, check)
-        x = x + (event - clock) * (metric * v)
+        heading = metric * v
+        x = x + (event - clock) * heading
         path.move_to(x, event - clock)
         left -= event - clock
         clock = event
@@ -249,7 +250,7 @@ def sbps_advance(
             segment = Segment()
             counts["refreshes"] += 1
             continue
-        obs = observe(x, metric * v)
+        obs = observe(x, heading)
         counts["rows"] += obs.rows
         if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
             return finish(False)
@@ -292,7 +293,7 @@ def _remember(level: float, noise_var: float) -> float:
 
 def _violation_probability(fit, t: float, bound: float) -> float:
     """``P(G(t) > bound)`` under the regression's predictive law (Eq. 11)."""
-    sd = float(fit.predictive_sd(t))
+    sd = fit.predictive_sd_at(t)
     if not sd > 0.0:
         return 0.0
     return 0.5 * math.erfc((bound - fit.mean(t)) / (sd * math.sqrt(2.0)))

@@ -88,6 +88,16 @@ class LineFit(NamedTuple):
         var = self.v00 + 2.0 * self.v01 * t + self.v11 * t * t + self.last_noise_var
         return np.sqrt(np.maximum(var, 0.0))
 
+    def upper_band_at(self, t: float, k: float) -> float:
+        """:meth:`upper_band` at one time, in Python floats."""
+        var = self.v00 + 2.0 * self.v01 * t + self.v11 * t * t + self.last_noise_var
+        return self.beta0 + self.beta1 * t + k * math.sqrt(max(var, 0.0))
+
+    def predictive_sd_at(self, t: float) -> float:
+        """:meth:`predictive_sd` at one time, in Python floats."""
+        var = self.v00 + 2.0 * self.v01 * t + self.v11 * t * t + self.last_noise_var
+        return math.sqrt(max(var, 0.0))
+
     def upper_band(self, t, k: float):
         """``beta_1 t + beta_0 + k rho(t)`` (Eq. 13 before interpolation)."""
         return self.mean(t) + k * self.predictive_sd(t)
@@ -116,17 +126,21 @@ def fit_line(segment: Segment, mu: float, sigma2: float, misfit: bool = True) ->
     )
 
 
-def band_knots(fit: LineFit, start: float, scale: float, k: float) -> tuple[np.ndarray, np.ndarray]:
+#: knot offsets of the proposal rate, in units of the knot scale
+KNOT_OFFSETS = (0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def band_knots(fit: LineFit, start: float, scale: float, k: float) -> tuple[list, list]:
     """Knots ``t`` from ``start`` out to ``start + 16 scale`` (geometric spacing) and the upper
-    band's values there: the proposal rate ``gamma`` of Eq. 13.
+    band's values there: the proposal rate ``gamma`` of Eq. 13 (Python floats: the thinning
+    loop is scalar).
 
     The band is a line plus ``k`` times the norm of an affine function of ``t``, a convex
     curve, so its chords lie above it: the interpolation never undercuts the band between
     knots.
     """
-    offsets = scale * np.array([0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0, 16.0])
-    knots = start + offsets
-    return knots, fit.upper_band(knots, k)
+    knots = [start + scale * offset for offset in KNOT_OFFSETS]
+    return knots, [fit.upper_band_at(t, k) for t in knots]
 
 
 def prior_step(segment: Segment, mu: float, sigma2: float, rate: float) -> tuple[float, float]:

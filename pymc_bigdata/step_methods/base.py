@@ -976,6 +976,16 @@ def _diagonal(cov: np.ndarray) -> np.ndarray:
     return np.diag(cov) if cov.ndim == 2 else cov
 
 
+def check_positive(name: str, value: Any, allow_zero: bool = False) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is a finite positive (or, with
+    ``allow_zero``, non-negative) number."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a {kind} finite number, got {value!r}.")
+
+
 def _check_preconditioner(kind: str, dim: int) -> str:
     if kind == "auto":
         return "dense" if dim <= DENSE_PRECONDITIONER_MAX_DIM else "diag"

@@ -16,7 +16,7 @@ from pymc_bigdata.kernels.sbps import (
     sbps_advance,
     sbps_init,
 )
-from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 
 __all__ = ["SBPS", "pSBPS"]
 
@@ -145,15 +145,15 @@ class SBPS(SubsamplingStep):
         **kwargs,
     ):
         if k is not None:
-            _check_positive("k", k)
+            check_positive("k", k)
         if refresh_rate is not None:
-            _check_positive("refresh_rate", refresh_rate, allow_zero=True)
+            check_positive("refresh_rate", refresh_rate, allow_zero=True)
         if travel_time is not None:
-            _check_positive("travel_time", travel_time)
+            check_positive("travel_time", travel_time)
         if not (isinstance(metric_beta, int | float) and 0.0 <= metric_beta < 1.0):
             raise ValueError(f"metric_beta must be a number in [0, 1), got {metric_beta!r}.")
-        _check_positive("metric_eps", metric_eps)
-        _check_positive("prior_rate", prior_rate)
+        check_positive("metric_eps", metric_eps)
+        check_positive("prior_rate", prior_rate)
         if isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size < 2:
             raise ValueError(
                 f"batch_size must be at least 2 for SBPS (the noise variance of Eq. 10 is a "
@@ -439,11 +439,3 @@ class pSBPS(SBPS):  # noqa: N801 - the paper's name
             raise ValueError("pSBPS uses preconditioner='adaptive'; use SBPS for the others.")
         kwargs["preconditioner"] = "adaptive"
         super().__init__(vars, **kwargs)
-
-
-def _check_positive(name: str, value: Any, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be a {kind} finite number, got {value!r}.")

@@ -14,7 +14,7 @@ from pymc_bigdata.kernels.sghmc import (
     eq15_stationary_covariance,
     sghmc_steps,
 )
-from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 
 __all__ = ["SGHMC"]
 
@@ -91,19 +91,19 @@ class SGHMC(SubsamplingStep):
                 f"noise_estimate must be 'zero', 'running' or 'fisher', got {noise_estimate!r}."
             )
         if learning_rate is not None:
-            _check_positive("learning_rate", learning_rate)
+            check_positive("learning_rate", learning_rate)
             if step_size is not None:
                 raise ValueError("Give either step_size or learning_rate, not both.")
             step_size = math.sqrt(learning_rate)
         if alpha is not None:
-            _check_positive("alpha", alpha)
+            check_positive("alpha", alpha)
             if friction is not None:
                 raise ValueError("Give either friction or alpha, not both.")
             if step_size is None:
                 raise ValueError("alpha (= step_size * friction) needs learning_rate or step_size.")
             friction = alpha / step_size
         self.friction = self.default_friction if friction is None else friction
-        _check_positive("friction", self.friction)
+        check_positive("friction", self.friction)
         self.integrator = integrator
         self.noise_estimate = noise_estimate
         self.noise_measurement = "fisher" if noise_estimate == "fisher" else "split"
@@ -201,8 +201,3 @@ class SGHMC(SubsamplingStep):
 def eq15_momentum_variance(step_size: float, friction: float) -> float:
     """Stationary variance of Eq. 15's momentum ``r = v / eps`` on a unit Gaussian."""
     return eq15_stationary_covariance(step_size, friction)[1, 1] / step_size**2
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}.")

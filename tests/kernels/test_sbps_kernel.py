@@ -117,7 +117,7 @@ def test_line_fit_and_band_match_a_direct_computation():
     query = np.array([1.3, 2.0])
     rho = np.sqrt([np.array([1, s]) @ cov @ np.array([1, s]) + c2[-1] for s in query])
     assert fit.upper_band(query, 3.0) == pytest.approx(beta[0] + beta[1] * query + 3 * rho)
-    knots, rates = band_knots(fit, 1.2, 1.0, 3.0)
+    knots, rates = map(np.asarray, band_knots(fit, 1.2, 1.0, 3.0))
     assert knots[0] == 1.2 and np.all(np.diff(knots) > 0)
     # the band is convex, so its chords lie above it
     middle = 0.5 * (knots[1:] + knots[:-1])
