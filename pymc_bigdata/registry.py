@@ -1,7 +1,8 @@
 """Registration with PyMC's automatic step assignment.
 
-Importing :mod:`pymc_bigdata` appends :class:`~pymc_bigdata.SGLD` and
-:class:`~pymc_bigdata.SGHMC` to PyMC's ``STEP_METHODS``.  Their competence is
+Importing :mod:`pymc_bigdata` appends :class:`~pymc_bigdata.SGLD`,
+:class:`~pymc_bigdata.SGHMC`, :class:`~pymc_bigdata.SBPS` and :class:`~pymc_bigdata.pSBPS` to
+PyMC's ``STEP_METHODS``.  Their competence is
 ``COMPATIBLE``, below NUTS's ``PREFERRED``, so ``pm.sample()`` never picks them on its own.
 Inside ``with pmb.prefer(pmb.SGHMC):`` they claim every continuous variable, so
 ``pm.sample(sghmc={"batch_size": 500})`` configures them by name like PyMC's own samplers.
