@@ -118,11 +118,17 @@ class Preconditioner:
 
     def laplace_sd(self) -> np.ndarray:
         """Marginal sds of the Laplace fit in theta (from ``precision``; ones without one)."""
+        cached = getattr(self, "_laplace_sd", None)
+        if cached is not None:
+            return cached
         if self.precision is None:
-            return np.ones(len(self.center))
-        if self.precision.ndim == 1:
-            return 1.0 / np.sqrt(self.precision)
-        return np.sqrt(np.diag(np.linalg.inv(_dense(self.precision))))
+            sd = np.ones(len(self.center))
+        elif self.precision.ndim == 1:
+            sd = 1.0 / np.sqrt(self.precision)
+        else:
+            sd = np.sqrt(np.diag(np.linalg.inv(_dense(self.precision))))
+        self._laplace_sd = sd
+        return sd
 
     # ------------------------------------------------------------------ curvature
     def _curvature_range(self, precision: np.ndarray | None) -> tuple[float, float]:

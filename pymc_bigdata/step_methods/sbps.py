@@ -186,6 +186,8 @@ class SBPS(SubsamplingStep):
         )
         self._second_order_available = False
         dim = self.layer.dim
+        # declared object: PyMC's NDArray backend stores one scalar per draw and stat whatever
+        # the shape; the DataTree then holds them as float64 (chain, draw, d)
         self.stats_dtypes_shapes = {
             **self.stats_dtypes_shapes,
             "path_mean": (object, [dim]),
