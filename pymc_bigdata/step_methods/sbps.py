@@ -21,17 +21,18 @@ from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 __all__ = ["SBPS", "pSBPS"]
 
 #: default travel time per recorded draw: this many times ``sqrt(d / lambda_min)`` (the time a
-#: unit-speed particle needs to cross the slowest direction of a Gaussian; measured with
-#: exact gradients on unit Gaussians of d = 2..200, 2 gives a bulk ESS of 0.55-0.75 per draw
-#: for x and 0.4-0.7 for x^2 at the default refreshment)
+#: unit-speed particle needs to cross the slowest direction of a Gaussian; with exact
+#: gradients on unit Gaussians of d = 2..200 and the default refreshment, 2 gives a min bulk
+#: ESS of 0.70-1.15 per draw for x and 0.26-0.46 for x^2: ``results/sbps_defaults.md``)
 TRAVEL_FACTOR = 2.0
 
-#: default refreshment rate: this many per ``sqrt(d / lambda_min)`` of travel.  Exact
-#: gradients on unit Gaussians favour 1 (0.5 halves the ESS of x^2 at d >= 50); minibatch
-#: noise randomises the velocity too, and on the N = 1e6, d = 30 logistic benchmark (seed 3,
-#: 2 x 1000 draws) 1 / 0.5 / 0.25 gave min bulk ESS 1737 / 2199 / 4058 for the
-#: coefficients and 0.93 / 0.97 / 0.92 for the worst sd ratio (ESS of the squares 496 at 0.5,
-#: 335 at 0.25): 0.5
+#: default refreshment rate: this many per ``sqrt(d / lambda_min)`` of travel.  Measured by
+#: ``benchmarks/sbps_defaults.py`` (``results/sbps_defaults.md``): with exact gradients on unit
+#: Gaussians 1 gives the better ESS of x^2 (0.41-0.60 per draw against 0.26-0.46 at 0.5);
+#: minibatch noise randomises the velocity too, and on the N = 1e6, d = 30 logistic
+#: benchmark factors 1 / 0.5 / 0.25 / 0 gave min bulk ESS 1,518 / 1,982 / 3,597 / 5,505 for
+#: the coefficients, 1,023 / 685 / 332 / 46 for their squares, and worst sd ratios 0.926 /
+#: 0.961 / 0.879 / 0.865: 0.5
 REFRESH_FACTOR = 0.5
 
 #: ``k`` starts here; unless given, tuning raises it by ``K_GROWTH`` (up to ``K_MAX``) while
