@@ -45,6 +45,7 @@ __all__ = [
     "SBPSInfo",
     "SBPSSettings",
     "SBPSState",
+    "Skeleton",
     "adapt_metric",
     "reflect",
     "sbps_advance",
@@ -119,6 +120,17 @@ class SBPSInfo(NamedTuple):
     finite: bool
     integral: np.ndarray
     integral_sq: np.ndarray
+    skeleton: Skeleton | None = None
+
+
+class Skeleton(NamedTuple):
+    """The straight lines travelled in one call: line ``i`` runs from ``starts[i]`` to
+    ``ends[i]`` (in ``embed``'s coordinates) in ``durations[i]`` units of travel time, at
+    constant speed; consecutive lines join (``ends[i] == starts[i + 1]``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    durations: np.ndarray
 
 
 def sbps_init(
@@ -163,19 +175,41 @@ def adapt_metric(
 
 
 class _Path:
-    """Time integrals of ``embed(x)`` and its square along the straight pieces travelled."""
+    """Time integrals of ``embed(x)`` and its square along the straight pieces travelled,
+    and (when ``record``) the skeleton: the lines between changes of direction."""
 
-    def __init__(self, embed: Callable[[np.ndarray], np.ndarray], start: np.ndarray):
+    def __init__(self, embed: Callable[[np.ndarray], np.ndarray], start: np.ndarray, record):
         self.embed = embed
         self.here = embed(start)
         self.integral = np.zeros_like(self.here)
         self.integral_sq = np.zeros_like(self.here)
+        self.record = record
+        self.lines: list[tuple[np.ndarray, np.ndarray, float]] = []
+        self.line_start, self.line_time = self.here, 0.0
 
     def move_to(self, position: np.ndarray, duration: float) -> None:
         a, b = self.here, self.embed(position)
         self.integral += 0.5 * duration * (a + b)
         self.integral_sq += duration * (a * a + a * b + b * b) / 3.0
         self.here = b
+        self.line_time += duration
+
+    def turn(self) -> None:
+        """The direction changes here: close the current line."""
+        if self.record and self.line_time > 0.0:
+            self.lines.append((self.line_start, self.here, self.line_time))
+        self.line_start, self.line_time = self.here, 0.0
+
+    def skeleton(self) -> Skeleton | None:
+        if not self.record:
+            return None
+        self.turn()
+        dim = len(self.here)
+        if not self.lines:
+            empty = np.empty((0, dim))
+            return Skeleton(empty, empty.copy(), np.empty(0))
+        starts, ends, durations = zip(*self.lines)
+        return Skeleton(np.array(starts), np.array(ends), np.array(durations))
 
 
 def sbps_advance(
@@ -186,20 +220,23 @@ def sbps_advance(
     rng: np.random.Generator,
     embed: Callable[[np.ndarray], np.ndarray],
     knot_scale: float = 1.0,
+    record_skeleton: bool = False,
 ) -> tuple[SBPSState, SBPSInfo]:
     """Run the process for ``duration`` units of travel time.
 
     ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
     (``direction = M v``).  ``knot_scale`` sets the spacing of the proposal rate's knots
     (about the length of a segment).  A non-finite observation or position stops the call
-    with ``finite=False`` (the caller rejects the draw).
+    with ``finite=False`` (the caller rejects the draw).  With ``record_skeleton`` the info
+    holds the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates), for
+    quadrature of other functions along the path (Eq. 19).
     """
     x, v = state.position.copy(), state.velocity.copy()
     segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
     metric, grad_sq, noise_level = state.metric, state.grad_sq, state.noise_level
     counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
     expected = 0.0
-    path = _Path(embed, x)
+    path = _Path(embed, x, record_skeleton)
     left = float(duration)
 
     def finish(finite: bool) -> tuple[SBPSState, SBPSInfo]:
@@ -215,6 +252,7 @@ def sbps_advance(
             finite,
             path.integral,
             path.integral_sq,
+            path.skeleton(),
         )
         return new, info
 
@@ -246,6 +284,7 @@ def sbps_advance(
         if event == stop:
             break
         if event == refresh:
+            path.turn()
             v = _unit_velocity(len(x), rng)
             segment = Segment()
             counts["refreshes"] += 1
@@ -274,6 +313,7 @@ def sbps_advance(
         if not np.all(np.isfinite(gradient)):
             return finish(False)
         mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
+        path.turn()
         v = reflect(v, metric * gradient)
         if settings.metric_adaptation is not None:
             grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)

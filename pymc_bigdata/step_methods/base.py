@@ -236,6 +236,7 @@ class SubsamplingStep(ArrayStepShared):
             self._check_step_size(step_size)
         if inner_steps is not None:
             self._check_inner_steps(inner_steps)
+        self._check_layer_settings()
         self._set_up_laplace()
         self.census = self._find_census(census)
         self.step_size = self._check_step_size(step_size)
@@ -257,6 +258,10 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_chain_state()
 
     # ------------------------------------------------------------------ set-up
+    def _check_layer_settings(self) -> None:
+        """Check a subclass's settings that need the layer (its dimension), before the
+        full-data MAP search."""
+
     def _set_up_laplace(self) -> None:
         """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""
         fit = self.layer.map_estimate()

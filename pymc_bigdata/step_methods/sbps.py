@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,6 +14,7 @@ from pymc_bigdata.kernels.sbps import (
     Observation,
     SBPSSettings,
     SBPSState,
+    Skeleton,
     sbps_advance,
     sbps_init,
 )
@@ -104,6 +106,16 @@ class SBPS(SubsamplingStep):
     control_variates
         ``True`` (default): the base's first-order control variates around its anchor;
         ``False``: the paper's plain minibatch estimate (Eq. 7).
+    path_functions
+        Test functions to average along the continuous trajectory (Eq. 19), by name: each
+        maps an array of unconstrained parameter vectors, shape ``(m, d)`` in the order of
+        :meth:`~pymc_bigdata.MinibatchModel.value_var_slices`, to an array of shape
+        ``(m, ...)``.  Each draw then gets a stat ``path_<name>``: the time average of the
+        function along the straight lines travelled since the previous draw, by
+        ``quadrature_nodes``-point Gauss-Legendre quadrature on each line.
+    quadrature_nodes
+        Nodes per straight line for ``path_functions`` (default 16: exact for polynomials
+        of degree 31 along a line; raise it for functions that oscillate within a line).
 
     See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters.
     Stats per draw: ``proposals``, ``bounces``, ``refreshes``, ``checks`` (observations made
@@ -143,6 +155,8 @@ class SBPS(SubsamplingStep):
         prior_rate: float = 0.05,
         batch_size: int | None = None,
         control_variates: bool = True,
+        path_functions: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+        quadrature_nodes: int = 16,
         **kwargs,
     ):
         if k is not None:
@@ -164,6 +178,10 @@ class SBPS(SubsamplingStep):
             raise ValueError(
                 f"control_variates must be True or False for SBPS, got {control_variates!r}."
             )
+        self.path_functions = _check_path_functions(path_functions)
+        if not (isinstance(quadrature_nodes, int) and quadrature_nodes >= 1):
+            raise ValueError(f"quadrature_nodes must be an integer >= 1, got {quadrature_nodes!r}.")
+        self._quadrature = _gauss_legendre(quadrature_nodes)
         for name in ("step_size", "inner_steps"):
             if name in kwargs:
                 raise TypeError(f"SBPS has no {name}; use travel_time (travel per draw).")
@@ -193,6 +211,11 @@ class SBPS(SubsamplingStep):
             **self.stats_dtypes_shapes,
             "path_mean": (object, [dim]),
             "path_sq_mean": (object, [dim]),
+            # scalar functions as float64 (an object scalar would gain a dimension of size 1)
+            **{
+                f"path_{name}": (object if shape else np.float64, list(shape))
+                for name, shape in self._path_shapes.items()
+            },
         }
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
 
@@ -313,6 +336,7 @@ class SBPS(SubsamplingStep):
             self.rng,
             self.precond.theta,
             knot_scale,
+            record_skeleton=bool(self.path_functions),
         )
         self._info = info
         self._state = new_state if info.finite else None
@@ -365,6 +389,10 @@ class SBPS(SubsamplingStep):
                 **stats,
                 "path_mean": np.full(dim, np.nan),
                 "path_sq_mean": np.full(dim, np.nan),
+                **{
+                    f"path_{name}": np.full(shape, np.nan)
+                    for name, shape in self._path_shapes.items()
+                },
             }
         if not self.tune:
             self._chain_counts += (info.violations, info.expected_violations, info.proposals)
@@ -382,7 +410,40 @@ class SBPS(SubsamplingStep):
             "k": self.k,
             "path_mean": info.integral / travel,
             "path_sq_mean": info.integral_sq / travel,
+            **self._path_function_means(info.skeleton, travel),
         }
+
+    # ------------------------------------------------------------------ path functions
+    def _check_layer_settings(self) -> None:
+        """The shape of one value of each path function, from two copies of the model's
+        initial point (before the full-data MAP search)."""
+        points = np.repeat(self.layer.initial_theta[None, :], 2, axis=0)
+        self._path_shapes = {}
+        for name, function in self.path_functions.items():
+            values = np.asarray(function(points), dtype=np.float64)
+            if values.ndim == 0 or values.shape[0] != 2:
+                raise ValueError(
+                    f"path_functions[{name!r}] must map an (m, d) array of unconstrained "
+                    f"parameter vectors (d = {self.layer.dim}) to an array of shape (m, ...); "
+                    f"on 2 points it returned shape {values.shape}."
+                )
+            self._path_shapes[name] = values.shape[1:]
+
+    def _path_function_means(self, skeleton: Skeleton | None, travel: float) -> dict:
+        """Time averages of the path functions along the draw's lines (Gauss-Legendre)."""
+        if not self.path_functions:
+            return {}
+        nodes, weights = self._quadrature
+        starts, ends, durations = skeleton
+        points = starts[:, None, :] + (ends - starts)[:, None, :] * nodes[None, :, None]
+        flat = points.reshape(-1, starts.shape[1])
+        means = {}
+        for name, function in self.path_functions.items():
+            values = np.asarray(function(flat), dtype=np.float64)
+            values = values.reshape(len(durations), len(nodes), *values.shape[1:])
+            line_means = np.tensordot(values, weights, axes=([1], [0]))
+            means[f"path_{name}"] = np.tensordot(durations, line_means, axes=1) / travel
+        return means
 
     def _end_of_chain_check(self):
         warning = super()._end_of_chain_check()
@@ -409,8 +470,10 @@ class SBPS(SubsamplingStep):
         Uses the ``path_mean`` and ``path_sq_mean`` stats of the kept draws: each is the
         exact time average of ``theta`` (or ``theta^2``) along the straight pieces travelled
         since the previous draw, so their mean over draws is the continuous-time average of
-        the whole trajectory after tuning.  Returns a Dataset with, per value variable (by
-        its unconstrained name, e.g. ``sigma_log__``), ``<name>`` (mean) and ``<name>_sd``.
+        the whole trajectory after tuning (every draw travels the same time).  Returns a
+        Dataset with, per value variable (by its unconstrained name, e.g. ``sigma_log__``),
+        ``<name>`` (mean) and ``<name>_sd``, and for each of ``path_functions`` its
+        trajectory average as ``path_<name>``.
         """
         stats = idata.sample_stats
         means = stats["path_mean"].mean(dim=("chain", "draw")).values
@@ -422,7 +485,37 @@ class SBPS(SubsamplingStep):
                 continue
             out[name] = xr.DataArray(means[sl].reshape(shape))
             out[f"{name}_sd"] = xr.DataArray(sds[sl].reshape(shape))
+        for name in self.path_functions:
+            key = f"path_{name}"
+            if key not in stats:
+                raise ValueError(
+                    f"the result has no stat {key!r}: was it sampled with this step's "
+                    "path_functions?"
+                )
+            out[key] = stats[key].mean(dim=("chain", "draw"))
         return xr.Dataset(out)
+
+
+def _check_path_functions(functions) -> dict[str, Callable]:
+    """``path_functions`` as a dict of callables with names usable in a stat name."""
+    if functions is None:
+        return {}
+    if not isinstance(functions, Mapping):
+        raise ValueError(
+            f"path_functions must be a dict of name -> function, got {type(functions).__name__}."
+        )
+    for name, function in functions.items():
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ValueError(f"path_functions: {name!r} is not a valid name.")
+        if not callable(function):
+            raise ValueError(f"path_functions[{name!r}] is not callable.")
+    return dict(functions)
+
+
+def _gauss_legendre(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes on [0, 1] and weights summing to 1."""
+    nodes, weights = np.polynomial.legendre.leggauss(count)
+    return 0.5 * (nodes + 1.0), 0.5 * weights
 
 
 class pSBPS(SBPS):  # noqa: N801 - the paper's name
