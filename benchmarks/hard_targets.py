@@ -1,15 +1,18 @@
 """Accuracy of the defaults on the hard targets of ``tests/hard_models.py``.
 
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
-importance sampling; the 1,000-group regression's analytic posterior), samples with
-``pmb.SGHMC()`` and ``pmb.SGLD()`` defaults and ``pm.sample``'s defaults (1000 tune, 1000
-draws, 2 chains, ``cores=1``) and reports, in the samplers' unconstrained coordinates:
-max |mean error| / reference sd, the range of sd ratios, min bulk ESS, set-up and sampling
-time, the step size and control-variate order chosen, the census size, divergences and
+importance sampling; the 1,000-group regression's analytic posterior), samples with the
+defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (on the SBPS paper's logistic
+regression also ``pmb.pSBPS()`` and the paper's own pSBPS, ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
+and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
+the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
+ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,
+set-up and sampling time, the step size (SBPS: travel per draw) and control-variate order
+chosen, the census size, divergences, SBPS's proposals per ESS and bound violations, and
 whether a bias alarm was raised. The Laplace fit's own errors are listed beside them.
 
     .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
-    .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows
+    .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows --samplers SBPS
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import arviz as az
@@ -45,7 +49,21 @@ MODELS = {
     "hier_logistic_noncentred": (lambda: hm.hier_logistic(centred=False), None),
     "rare_event_logistic": (hm.rare_event_logistic, None),
     "many_groups_linear": (None, None),
+    # the SBPS paper's Sec. 7.1 setting: N = 1000, d = 20, n = 100
+    "sbps_paper_logistic": (hm.sbps_paper_logistic, 100),
 }
+
+#: sampler name: factory (keyword arguments as for the class)
+SAMPLERS = {
+    "SGHMC": pmb.SGHMC,
+    "SGLD": pmb.SGLD,
+    "SBPS": pmb.SBPS,
+    "pSBPS": pmb.pSBPS,
+    "pSBPS-paper": partial(pmb.pSBPS, **pmb.pSBPS.PAPER_SETTINGS),
+}
+DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
+#: models on which every sampler of SAMPLERS runs by default
+ALL_SAMPLERS_ON = {"sbps_paper_logistic"}
 
 
 def many_groups():
@@ -70,10 +88,13 @@ def unconstrained(idata, value_name: str) -> np.ndarray:
     return draws.reshape(draws.shape[0], draws.shape[1], -1)
 
 
-def run_one(name: str, model, ref, cls) -> dict:
+def run_one(name: str, model, ref, sampler: str) -> dict:
     batch = MODELS[name][1]
+    kwargs = {} if batch is None else {"batch_size": batch}
+    if sampler == "pSBPS-paper":
+        kwargs = {}  # the paper's batch size is part of its settings
     start = time.perf_counter()
-    step = cls(model=model, **({} if batch is None else {"batch_size": batch}))
+    step = SAMPLERS[sampler](model=model, **kwargs)
     setup = time.perf_counter() - start
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -84,6 +105,7 @@ def run_one(name: str, model, ref, cls) -> dict:
             random_seed=2026,
             progressbar=False,
             compute_convergence_checks=False,
+            discard_tuned_samples=False,
         )
     errs, ratios, ess, laplace_errs, laplace_ratios = [], [], [], [], []
     for value in model.value_vars:
@@ -99,9 +121,11 @@ def run_one(name: str, model, ref, cls) -> dict:
             laplace_ratios.append(ref[f"{name_v}__laplace_sd"] / ref_sd)
     errs, ratios, ess = (np.concatenate(x) for x in (errs, ratios, ess))
     stats = idata.sample_stats
+    rows_read = float(stats["rows_touched"].sum() + idata.warmup_sample_stats["rows_touched"].sum())
+    passes = rows_read / step.layer.n_rows
     out = {
         "model": name,
-        "sampler": cls.__name__,
+        "sampler": sampler,
         "dim": step.layer.dim,
         "rows": step.layer.n_rows,
         "setup_s": setup,
@@ -110,6 +134,8 @@ def run_one(name: str, model, ref, cls) -> dict:
         "sd_ratio_min": float(ratios.min()),
         "sd_ratio_max": float(ratios.max()),
         "min_bulk_ess": float(ess.min()),
+        "data_passes": passes,
+        "ess_per_pass": float(ess.min()) / passes,
         "step_size": float(stats["step_size"].values[0, -1]),
         "inner_steps": int(step.inner_steps),
         "cv_order": int(stats["cv_order"].values[0, -1]),
@@ -118,6 +144,14 @@ def run_one(name: str, model, ref, cls) -> dict:
         "bias_alarm": any(issubclass(w.category, pmb.BiasWarning) for w in caught),
         "map_problem": step.map_problem,
     }
+    if "proposals" in stats:
+        proposals = float(stats["proposals"].sum())
+        out.update(
+            proposals_per_ess=proposals / float(ess.min()),
+            violations=int(stats["violations"].sum()),
+            violation_share=float(stats["violations"].sum()) / max(proposals, 1.0),
+            k=float(stats["k"].values[0, -1]),
+        )
     if laplace_errs:
         le, lr = np.concatenate(laplace_errs), np.concatenate(laplace_ratios)
         out.update(
@@ -130,11 +164,11 @@ def run_one(name: str, model, ref, cls) -> dict:
 
 def table(rows: list[dict]) -> str:
     head = (
-        "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | set-up (s) "
-        "| sampling (s) | ε × steps | CV order | census | div. | alarm "
-        "| Laplace max err / sd ratio |"
+        "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | data passes "
+        "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
+        "| SBPS: proposals / ESS, violations (k) | alarm | Laplace max err / sd ratio |"
     )
-    lines = [head, "|" + "---|" * 15]
+    lines = [head, "|" + "---|" * 18]
     for r in rows:
         laplace = (
             f"{r['laplace_max_err_sd']:.2f} / [{r['laplace_sd_ratio_min']:.3f}, "
@@ -142,12 +176,18 @@ def table(rows: list[dict]) -> str:
             if "laplace_max_err_sd" in r
             else "exact (Gaussian)"
         )
+        sbps = (
+            f"{r['proposals_per_ess']:.1f}, {r['violation_share']:.2%} (k {r['k']:.2g})"
+            if "proposals_per_ess" in r
+            else ""
+        )
         lines.append(
             f"| {r['model']} | {r['dim']} | {r['rows']:,} | {r['sampler']} | {r['max_err_sd']:.3f} "
             f"| [{r['sd_ratio_min']:.3f}, {r['sd_ratio_max']:.3f}] | {r['min_bulk_ess']:,.0f} "
+            f"| {r['data_passes']:,.1f} | {r['ess_per_pass']:.3g} "
             f"| {r['setup_s']:.1f} | {r['sampling_s']:.1f} | {r['step_size']:.3g} × "
             f"{r['inner_steps']} | {r['cv_order']} | {r['census']} | {r['divergences']} "
-            f"| {'yes' if r['bias_alarm'] else 'no'} | {laplace} |"
+            f"| {sbps} | {'yes' if r['bias_alarm'] else 'no'} | {laplace} |"
         )
     return "\n".join(lines)
 
@@ -155,6 +195,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--samplers", nargs="+", choices=list(SAMPLERS), default=None)
     parser.add_argument("--out", default="hard_targets")
     args = parser.parse_args(argv)
     commit = subprocess.run(
@@ -166,8 +207,11 @@ def main(argv=None) -> None:
         if model is None:
             print(f"{name}: no reference file, skipped", flush=True)
             continue
-        for cls in (pmb.SGHMC, pmb.SGLD):
-            rows.append(run_one(name, model, ref, cls))
+        samplers = args.samplers or (
+            list(SAMPLERS) if name in ALL_SAMPLERS_ON else DEFAULT_SAMPLERS
+        )
+        for sampler in samplers:
+            rows.append(run_one(name, model, ref, sampler))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = (
         f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"

@@ -134,6 +134,7 @@ class RowIndexSampler:
         self._permutation = np.empty(0, dtype=np.int64)
         self._position = 0
         self._marker: np.ndarray | None = None
+        self._positions = np.empty(0, dtype=np.int32)
 
     def resize(self, batch_size: int) -> None:
         """Draw ``batch_size`` rows per minibatch from now on (the permutation walk goes on)."""
@@ -180,9 +181,12 @@ class RowIndexSampler:
             return rows[np.sort(len(rows) - 1 - last)]
         if self._marker is None:
             self._marker = np.empty(self.n_rows, dtype=np.int32)
-        position = np.arange(len(rows), dtype=np.int32)
+        if len(self._positions) < len(rows):
+            self._positions = np.arange(len(rows), dtype=np.int32)
+        position = self._positions[: len(rows)]
         self._marker[rows] = position  # a repeated row keeps its last position
-        return rows[self._marker[rows] == position]
+        kept = self._marker[rows] == position
+        return rows if kept.all() else rows[kept]
 
     def _draw_positions(self) -> np.ndarray:
         if self.replace:

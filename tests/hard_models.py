@@ -28,6 +28,8 @@ import pymc as pm
 import scipy.linalg
 import scipy.optimize
 
+from pymc_bigdata.datasets import sbps_paper_logistic
+
 REFERENCE_DIR = Path(__file__).parent / "references"
 
 
@@ -379,6 +381,8 @@ HARD_MODELS = {
     "hier_logistic_centred": partial(hier_logistic, centred=True),
     "hier_logistic_noncentred": partial(hier_logistic, centred=False),
     "rare_event_logistic": rare_event_logistic,
+    # the SBPS paper's Sec. 7.1 logistic regression (N = 1000, d = 20, nearly separable)
+    "sbps_paper_logistic": sbps_paper_logistic,
 }
 
 

@@ -525,10 +525,23 @@ class pSBPS(SBPS):  # noqa: N801 - the paper's name
     gradients at the bounces, on the model's own (unconstrained) coordinates instead of the
     base's Laplace preconditioner.  The paper's own settings are
     ``pSBPS(control_variates=False, batch_size=100, refresh_rate=0, misfit=False,
-    noise_memory=False, k=3, adapt_metric_after_tuning=True)``.
+    noise_memory=False, k=3, adapt_metric_after_tuning=True)``, i.e.
+    ``pSBPS(**pSBPS.PAPER_SETTINGS)``.
     """
 
     name = "psbps"
+
+    #: the paper's own pSBPS (Sec. 7.1: plain minibatch estimates of n = 100 rows, k = 3, no
+    #: refreshment, Eq. 12's band, the metric adapted throughout): ``pSBPS(**PAPER_SETTINGS)``
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = dict(
+        control_variates=False,
+        batch_size=100,
+        refresh_rate=0.0,
+        misfit=False,
+        noise_memory=False,
+        k=3.0,
+        adapt_metric_after_tuning=True,
+    )
 
     def __init__(self, vars=None, **kwargs):
         if kwargs.get("preconditioner", "adaptive") != "adaptive":

@@ -71,6 +71,12 @@ SETTINGS: dict[str, dict] = {
         "target_accept": 0.95,
         "seed": 105,
     },
+    "sbps_paper_logistic": {
+        "method": "nuts",
+        "draws": 15_000,
+        "target_accept": 0.95,
+        "seed": 107,
+    },
     "rare_event_logistic": {
         "method": "laplace_is",
         "n_draws": 60_000,

@@ -35,6 +35,7 @@ from hard_models import (
     many_groups_linear_model,
     many_groups_linear_posterior,
     rare_event_logistic,
+    sbps_paper_logistic,
     scale_few_rows,
     scale_regression,
     skewed_logistic,
@@ -101,6 +102,9 @@ HARD = {
     "skewed_logistic": (skewed_logistic, 100),
     "scale_regression": (scale_regression, None),
     "hier_logistic_centred": (lambda: hier_logistic(centred=True), None),
+    # the SBPS paper's Sec. 7.1 logistic regression at its n = 100: nearly separable labels
+    # stretch the posterior along the coefficients' common scale
+    "sbps_paper_logistic": (sbps_paper_logistic, 100),
 }
 
 
@@ -170,6 +174,28 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
     idata = sample_two_chains(model, step, seed=13, draws=6000)
     with pytest.raises(AssertionError):
         _check_against_reference(model, idata, _reference(name), SD_BIAS[pmb.SGLD])
+
+
+@pytest.mark.skipif(
+    not (REFERENCES / "sbps_paper_logistic.npz").exists(), reason="reference not computed"
+)
+def test_psbps_with_the_papers_settings_on_the_papers_target():
+    """The paper's own pSBPS (plain minibatch estimates of 100 rows, k = 3, no refreshment,
+    Eq. 12's band, metric adapted throughout) on its Sec. 7.1 logistic regression, with
+    pm.sample's defaults, meets the issue's bars for it: max |mean err| <= 0.15 sd, sd ratios
+    in [0.85, 1.2]. (It is biased by its bound violations, so no MCSE band.)"""
+    model = sbps_paper_logistic()
+    step = pmb.pSBPS(model=model, **pmb.pSBPS.PAPER_SETTINGS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pmb.BiasWarning)
+        idata = sample_two_chains(model, step, seed=23)
+    ref = _reference("sbps_paper_logistic")
+    draws = idata.posterior["w"].values.reshape(-1, 20)
+    mean_err, (lo, hi) = 0.15, (0.85, 1.2)
+    err = np.abs(draws.mean(0) - ref["w__mean"]) / ref["w__sd"]
+    ratio = draws.std(0) / ref["w__sd"]
+    assert err.max() <= mean_err, f"max |mean err| {err.max():.3f} sd"
+    assert lo <= ratio.min() and ratio.max() <= hi, f"sd ratio [{ratio.min()}, {ratio.max()}]"
 
 
 # ---------------------------------------------------------------------- rare events
