@@ -1,4 +1,8 @@
-"""Every notebook in notebooks/ runs top to bottom without error (so none can rot)."""
+"""Every notebook in notebooks/ runs top to bottom without error (so none can rot).
+
+A notebook whose metadata holds ``"pymc_bigdata": {"slow": true}`` (minutes of sampling, e.g.
+``sbps_paper.ipynb``) runs in the slow job only (``pytest -m slow``); the others run by default.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,19 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def _is_slow(path: Path) -> bool:
+    """Whether the notebook's metadata marks it slow."""
+    metadata = nbformat.read(path, as_version=4).metadata.get("pymc_bigdata", {})
+    return bool(metadata.get("slow", False))
+
+
+PARAMS = [
+    pytest.param(path, id=path.stem, marks=[pytest.mark.slow] if _is_slow(path) else [])
+    for path in NOTEBOOKS
+]
+
+
+@pytest.mark.parametrize("path", PARAMS)
 def test_notebook_runs(path):
     """Execute the notebook in a fresh kernel; any cell error fails the test."""
     notebook = nbformat.read(path, as_version=4)
