@@ -150,6 +150,7 @@ def run_one(name: str, model, ref, sampler: str) -> dict:
             proposals_per_ess=proposals / float(ess.min()),
             violations=int(stats["violations"].sum()),
             violation_share=float(stats["violations"].sum()) / max(proposals, 1.0),
+            missed_share=float(stats["missed_bounces"].sum() / stats["bounces"].sum()),
             k=float(stats["k"].values[0, -1]),
         )
     if laplace_errs:
@@ -166,7 +167,8 @@ def table(rows: list[dict]) -> str:
     head = (
         "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | data passes "
         "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
-        "| SBPS: proposals / ESS, violations (k) | alarm | Laplace max err / sd ratio |"
+        "| SBPS: proposals / ESS, violations (k), missed bounces | alarm "
+        "| Laplace max err / sd ratio |"
     )
     lines = [head, "|" + "---|" * 18]
     for r in rows:
@@ -177,7 +179,8 @@ def table(rows: list[dict]) -> str:
             else "exact (Gaussian)"
         )
         sbps = (
-            f"{r['proposals_per_ess']:.1f}, {r['violation_share']:.2%} (k {r['k']:.2g})"
+            f"{r['proposals_per_ess']:.1f}, {r['violation_share']:.2%} (k {r['k']:.2g}), "
+            f"{r['missed_share']:.2%}"
             if "proposals_per_ess" in r
             else ""
         )

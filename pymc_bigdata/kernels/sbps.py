@@ -121,6 +121,10 @@ class SBPSInfo(NamedTuple):
     integral: np.ndarray
     integral_sq: np.ndarray
     skeleton: Skeleton | None = None
+    #: bounces the bound cut off, in expectation: ``sum over violations ([G]_+ - lambda) /
+    #: lambda`` (proposals arrive at rate lambda, so this estimates the time integral of the
+    #: rate ``([G]_+ - lambda)_+`` the thinning could not realise)
+    missed_bounces: float = 0.0
 
 
 class Skeleton(NamedTuple):
@@ -235,7 +239,7 @@ def sbps_advance(
     segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
     metric, grad_sq, noise_level = state.metric, state.grad_sq, state.noise_level
     counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
-    expected = 0.0
+    expected = missed = 0.0
     path = _Path(embed, x, record_skeleton)
     left = float(duration)
 
@@ -253,6 +257,7 @@ def sbps_advance(
             path.integral,
             path.integral_sq,
             path.skeleton(),
+            missed,
         )
         return new, info
 
@@ -305,7 +310,9 @@ def sbps_advance(
         bound = interpolate_rate(knots, rates, clock)
         expected += _violation_probability(fit, clock, bound)
         positive = max(obs.value, 0.0)
-        counts["violations"] += positive > bound
+        if positive > bound:
+            counts["violations"] += 1
+            missed += (positive - bound) / bound if bound > 0.0 else 1.0
         if rng.uniform() * bound >= positive:  # rejected: the observation joins the fit
             segment = observed
             continue

@@ -120,7 +120,8 @@ class SBPS(SubsamplingStep):
     See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters.
     Stats per draw: ``proposals``, ``bounces``, ``refreshes``, ``checks`` (observations made
     because no proposal came for long), ``violations`` (``[G]_+ > lambda``),
-    ``expected_violations`` (the regression's prediction), ``travel_time``,
+    ``expected_violations`` (the regression's prediction), ``missed_bounces`` (the bounces
+    the violations cut off, in expectation: compare with ``bounces``), ``travel_time``,
     ``path_mean`` and ``path_sq_mean`` (time averages of the unconstrained parameters and of
     their squares over the draw's travel), besides the base's.
     """
@@ -135,6 +136,7 @@ class SBPS(SubsamplingStep):
         "checks": (np.int64, []),
         "violations": (np.int64, []),
         "expected_violations": (np.float64, []),
+        "missed_bounces": (np.float64, []),
         "travel_time": (np.float64, []),
         "k": (np.float64, []),
     }
@@ -384,7 +386,13 @@ class SBPS(SubsamplingStep):
         dim = self.layer.dim
         if info is None:  # a diverged draw: nothing travelled
             counts = dict(proposals=0, bounces=0, refreshes=0, checks=0, violations=0)
-            stats = {**counts, "expected_violations": 0.0, "travel_time": 0.0, "k": self.k}
+            stats = {
+                **counts,
+                "expected_violations": 0.0,
+                "missed_bounces": 0.0,
+                "travel_time": 0.0,
+                "k": self.k,
+            }
             return {
                 **stats,
                 "path_mean": np.full(dim, np.nan),
@@ -406,6 +414,7 @@ class SBPS(SubsamplingStep):
             "checks": info.checks,
             "violations": info.violations,
             "expected_violations": info.expected_violations,
+            "missed_bounces": info.missed_bounces,
             "travel_time": travel,
             "k": self.k,
             "path_mean": info.integral / travel,

@@ -237,3 +237,33 @@ def test_non_finite_observation_stops_with_finite_false():
     state = sbps_init(np.zeros(2), rng, 1.0, 1.0)
     _, info = sbps_advance(state, observe, 1.0, SBPSSettings(), rng, lambda x: x)
     assert not info.finite
+
+
+def test_missed_bounces_measure_the_rate_the_bound_cut_off(monkeypatch):
+    """``missed_bounces`` counts what the bound cut off: on ``U = c |x|`` (``G = c`` while
+    moving uphill, ``-c`` downhill) with the proposal rate pinned at ``lambda0 < c``, every
+    uphill proposal bounces and misses ``(c - lambda0) / lambda0`` of a bounce (the rate
+    ``c - lambda0`` the thinning could not realise, per realised ``lambda0``); downhill
+    proposals miss nothing."""
+    import pymc_bigdata.kernels.sbps as sbps_module
+
+    c, pinned = 3.0, 1.0
+    monkeypatch.setattr(
+        sbps_module,
+        "band_knots",
+        lambda fit, start, scale, k: ([start, start + 1.0], [pinned, pinned]),
+    )
+
+    def observe(x, direction):
+        gradient = np.array([c * np.sign(x[0])])
+        return Observation(float(direction @ gradient), 1e-6, 1, lambda: gradient)
+
+    rng = np.random.default_rng(12)
+    state = sbps_init(np.array([0.3]), rng, 1.0, 1.0)
+    missed = bounces = 0.0
+    for _ in range(200):
+        state, info = sbps_advance(state, observe, 50.0, SBPSSettings(), rng, lambda x: x)
+        missed += info.missed_bounces
+        bounces += info.bounces
+    assert bounces > 5000
+    assert missed / bounces == pytest.approx((c - pinned) / pinned, rel=1e-9)
