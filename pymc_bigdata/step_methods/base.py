@@ -917,8 +917,9 @@ class SubsamplingStep(ArrayStepShared):
         warnings.warn(
             f"{type(self).__name__}: the MAP is {distance[worst]:.1f} sds from the tuning "
             f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
-            "Laplace fit does not describe this posterior, and tuning now relies on the draws "
-            "alone. In hierarchical models this is the sign of a parameterisation that does "
+            "Laplace fit does not describe this posterior, and tuning re-fits it at the "
+            "draws' mean (or, without a dense Hessian, relies on the draws alone). In "
+            "hierarchical models this is the sign of a parameterisation that does "
             "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
             "or a centred one with data-poor groups; the other one samples better.",
             ModeWarning,
