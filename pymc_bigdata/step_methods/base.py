@@ -633,9 +633,10 @@ class SubsamplingStep(ArrayStepShared):
 
     def _window_settled(self, virials: list[float]) -> bool:
         """Whether a window's draws look stationary: their mean virial (1 at equilibrium,
-        far above it for a chain still falling into the bulk) within ``SETTLED_VIRIAL``."""
+        far above it for a chain still falling into the bulk) within ``SETTLED_VIRIAL``; a
+        sampler that records no virial is not judged."""
         finite = [v for v in virials if math.isfinite(v)]
-        return bool(finite) and abs(float(np.mean(finite)) - 1.0) <= SETTLED_VIRIAL
+        return not finite or abs(float(np.mean(finite)) - 1.0) <= SETTLED_VIRIAL
 
     def _virial(self) -> float:
         """``-z . grad / d`` at the draw's last gradient evaluation (NaN before any)."""
