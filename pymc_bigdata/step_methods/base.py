@@ -83,6 +83,14 @@ RECENTRE_SE = 3.0
 #: in units of the larger of the window's and the Laplace sd)
 MODE_OUTSIDE_BULK_SD = 3.0
 
+#: when it is, the Laplace fit is re-done at the window's mean (``_refit_at_bulk``) up to
+#: this many parameters (a dense full-data Hessian); the curvature's eigenvalues, in units
+#: of the window's marginal sds, are raised to at least this (an sd at most 3x the draws')
+DENSE_HESSIAN_MAX_DIM = 2_000
+BULK_CURVATURE_FLOOR = 1.0 / 9.0
+#: ... and only when the window's mean virial is within this of 1 (a settled chain)
+SETTLED_VIRIAL = 0.5
+
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
 CENSUS_FACTOR = 20.0
@@ -242,6 +250,7 @@ class SubsamplingStep(ArrayStepShared):
         self.step_size = self._check_step_size(step_size)
         self.inner_steps = self._check_inner_steps(inner_steps)
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
+        self._initial_laplace = self.laplace
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = RowIndexSampler(
@@ -421,6 +430,7 @@ class SubsamplingStep(ArrayStepShared):
         if self.batch_size != self._default_batch:
             self._resize_batch(self._default_batch)
         self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
+        self.laplace = self._initial_laplace
         self._draw_index = 0
         self._init_buffer, self._windows, self._terminal_start = window_ends(
             self._chain_tune if self.adapt else 0
@@ -432,11 +442,14 @@ class SubsamplingStep(ArrayStepShared):
         self._lp_track = _LogDensityTrack()
         self._stability = 1.0
         self._stability_ceiling = 1.0
-        self._block_diverged = False
+        self._block_diverged = self._last_diverged = False
         self._last_block_temperature = 0.0
         self._window_seen = False
         self._window_failures = 0
         self._trust_laplace = self.map_problem is None
+        self._warned_mode = False
+        self._window_virials: list[float] = []
+        self._draw_virial = math.nan
         self._block_hot: list[float] = []
         self._eval_z = self._eval_grad = None
         self._eval_lp = math.nan
@@ -593,7 +606,7 @@ class SubsamplingStep(ArrayStepShared):
         virial = self._virial()
         diverging = not finite or self._blew_up(z, lp, virial)
         if diverging:
-            self._on_divergence()
+            self._on_divergence(z0)
             z, lp, virial = z0, math.nan, math.nan
         else:
             self._commit_noise()
@@ -603,6 +616,7 @@ class SubsamplingStep(ArrayStepShared):
         stats = self._common_stats(lp, virial, diverging)
         self._draw_index += 1
         if self.tune and self.adapt:
+            self._draw_virial = stats["virial"]
             self._watch_stability(diverging, stats["virial"])
             if not diverging:
                 self._adapt(theta)
@@ -611,6 +625,23 @@ class SubsamplingStep(ArrayStepShared):
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
+
+    def _measure_noise_at(self, z: np.ndarray) -> None:
+        """One measured gradient at ``z`` (two half minibatches), its noise kept."""
+        self._measure_noise, self._calls, self._pending_noise = True, self.inner_steps, None
+        with np.errstate(all="ignore"):
+            self.grad_log_density(z)
+        lp, self._measure_noise, self._eval_lp = self._eval_lp, False, math.nan
+        self._commit_noise()
+        if math.isfinite(lp):  # where the chain stays: what the next draw's drop is taken from
+            self._lp_track.add(lp)
+
+    def _window_settled(self, virials: list[float]) -> bool:
+        """Whether a window's draws look stationary: their mean virial (1 at equilibrium,
+        far above it for a chain still falling into the bulk) within ``SETTLED_VIRIAL``; a
+        sampler that records no virial is not judged."""
+        finite = [v for v in virials if math.isfinite(v)]
+        return not finite or abs(float(np.mean(finite)) - 1.0) <= SETTLED_VIRIAL
 
     def _virial(self) -> float:
         """``-z . grad / d`` at the draw's last gradient evaluation (NaN before any)."""
@@ -627,7 +658,7 @@ class SubsamplingStep(ArrayStepShared):
             return True
         if self._eval_grad is not None and not abs(virial) < BLOWUP_VIRIAL:
             return True
-        return self._lp_track.dropped(lp)
+        return self._lp_track.dropped(lp, early=self.cv_order > 0)
 
     def _commit_noise(self) -> None:
         """Keep the draw's noise measurement (dropped when the draw diverged or it is not
@@ -683,8 +714,13 @@ class SubsamplingStep(ArrayStepShared):
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
         return math.nan
 
-    def _on_divergence(self) -> None:
+    def _on_divergence(self, z0: np.ndarray) -> None:
         self._reset_kernel_state()
+        if self.tune and self.adapt and not self._noise.measured():
+            # the step is still the curvature default, blind to the gradient noise (e.g. a
+            # chain's first draws): measure it where the chain stays, so that the next
+            # draw's step (set by the halving that follows) accounts for it
+            self._measure_noise_at(z0)
         if not self._warned_divergence and not self.tune:  # tuning handles its own
             self._warned_divergence = True
             warnings.warn(
@@ -718,6 +754,7 @@ class SubsamplingStep(ArrayStepShared):
         index = self._draw_index
         if self._windows and index > self._init_buffer:
             self._moments.add(theta)
+            self._window_virials.append(self._draw_virial)
         if self._windows and index == self._windows[0]:
             self._windows.pop(0)
             self._end_window()
@@ -730,9 +767,12 @@ class SubsamplingStep(ArrayStepShared):
         yet failed (forgotten when the coordinates change: see ``_forget_failures``)."""
         if self._fixed_step:
             return
-        if diverging and not self._block_diverged:
+        if diverging and (not self._block_diverged or self._last_diverged):
+            # a block's first divergence, and each one that follows another (the chain has
+            # not moved since: its step is still unstable where it stands)
             self._lower_stability()
         self._block_diverged |= diverging
+        self._last_diverged = diverging
         kinetic = self._kinetic_temperature()
         self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
         if len(self._block_hot) < STABILITY_BLOCK:
@@ -769,17 +809,24 @@ class SubsamplingStep(ArrayStepShared):
         self._stability_ceiling = 1.0
 
     def _end_window(self) -> None:
-        moments = self._moments
+        moments, virials = self._moments, self._window_virials
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
+        self._window_virials = []
         if moments.count < 3:
             return
         decorrelated = self.step_size * self.inner_steps >= MIN_TRAVEL
         first_window, lost_trust = not self._window_seen, False
         self._window_seen = True
         if self._trust_laplace and self._mode_outside_bulk(moments):
+            if not self._warned_mode:
+                self._warned_mode = True
+                self._warn_mode_outside_bulk(moments)
+            if not self._window_settled(virials):
+                return  # still travelling (e.g. back from a start's excursion): wait
+            if self._refit_at_bulk(moments):
+                return
             lost_trust = True
             self._trust_laplace = False
-            self._warn_mode_outside_bulk(moments)
         if first_window or lost_trust:
             self._forget_failures()
         unsettled, self._window_failures = self._window_failures > 0, 0
@@ -810,6 +857,50 @@ class SubsamplingStep(ArrayStepShared):
             self._noise.recentred()
         self._reset_kernel_state()
 
+    def _refit_at_bulk(self, moments: RunningMoments) -> bool:
+        """Replace a Laplace fit whose centre lies outside the draws' bulk by one at their
+        mean: the full-data curvature there (eigenvalues below ``BULK_CURVATURE_FLOOR`` of the
+        draws' own precision, non-positive ones included, raised to it), the control-variate
+        anchor (value, gradient and second-order curvature) moved there, and the step size,
+        its failure memory and the gradient-noise measurements (taken in the old coordinates,
+        around the old anchor) started afresh. The tuning windows that follow judge the draws
+        against this fit as they would against the MAP's (and re-fit again if its centre is
+        still outside their bulk). Returns False (nothing changed) without a dense Hessian
+        (d > 2000) or when the window's mean or curvature is not finite."""
+        layer, center = self.layer, moments.mean
+        if layer.dim > DENSE_HESSIAN_MAX_DIM or not np.all(np.isfinite(center)):
+            return False
+        with np.errstate(all="ignore"):
+            loglik_hess = layer.full_loglik_hessian(center)
+            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+            precision = -(loglik_hess + layer.prior_hessian(center))
+        precision = 0.5 * (precision + precision.T)
+        window_var = _diagonal(moments.covariance())
+        if not (np.all(np.isfinite(precision)) and np.all(window_var > 0)):
+            return False
+        scale = np.sqrt(window_var)  # floor the curvature in the draws' own units
+        values, vectors = np.linalg.eigh(precision * np.outer(scale, scale))
+        values = np.maximum(values, BULK_CURVATURE_FLOOR)
+        precision = (vectors * values) @ vectors.T / np.outer(scale, scale)
+        precision = 0.5 * (precision + precision.T)
+        try:
+            laplace = Preconditioner.from_precision(center, precision, self.preconditioner_kind)
+        except (np.linalg.LinAlgError, ValueError):
+            return False
+        self.laplace = self.precond = laplace
+        if self.anchor is not None:
+            curvature = None
+            if self.anchor.loglik_hessian is not None:
+                curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
+            self.anchor = layer.anchor_at(center, curvature_from=curvature)
+        self._noise = _NoiseAccumulator(layer.dim)
+        self._stability = self._stability_ceiling = 1.0
+        self._block_hot, self._block_diverged, self._window_failures = [], False, 0
+        self._last_block_temperature = 0.0
+        self._adapt_step_size(final=False)
+        self._reset_kernel_state()
+        return True
+
     def _mode_distance(self, moments: RunningMoments) -> np.ndarray:
         """``|window mean - MAP|`` per coordinate in sds, the larger of the window's and the
         Laplace one (correlated draws understate the window's spread); non-finite as 0."""
@@ -832,8 +923,9 @@ class SubsamplingStep(ArrayStepShared):
         warnings.warn(
             f"{type(self).__name__}: the MAP is {distance[worst]:.1f} sds from the tuning "
             f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
-            "Laplace fit does not describe this posterior, and tuning now relies on the draws "
-            "alone. In hierarchical models this is the sign of a parameterisation that does "
+            "Laplace fit does not describe this posterior, and tuning re-fits it at the "
+            "draws' mean (or, without a dense Hessian, relies on the draws alone). In "
+            "hierarchical models this is the sign of a parameterisation that does "
             "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
             "or a centred one with data-poor groups; the other one samples better.",
             ModeWarning,
@@ -920,8 +1012,10 @@ class _LogDensityTrack:
         self._mean = 0.0
         self._var = 0.0
 
-    def dropped(self, lp: float) -> bool:
-        if self.count < self.WARM or not math.isfinite(lp):
+    def dropped(self, lp: float, early: bool = False) -> bool:
+        """``early``: also in the first ``WARM`` draws, from the first recorded estimate on
+        (for estimates with control variates, whose own noise is small near the anchor)."""
+        if self.count < (1 if early else self.WARM) or not math.isfinite(lp):
             return False
         return lp < self.last - (LOGP_DROP_DIVERGENCE + 10.0 * math.sqrt(self._var))
 
@@ -953,6 +1047,9 @@ class _NoiseAccumulator:
         self._fresh[1].add(first)
         if second is not None:
             self._fresh[2].add(second)
+
+    def measured(self) -> bool:
+        return self._fresh[1].count > 0 or self._stale[1].count > 0
 
     def recentred(self) -> None:
         self._stale = self._fresh

@@ -323,24 +323,50 @@ def test_non_finite_measured_log_density_is_a_divergence(small_logistic, monkeyp
     assert not np.isfinite(stats["grad_noise_sd"].values).any()  # nothing was kept
 
 
-def test_mode_far_from_the_draws_is_no_longer_trusted(small_logistic):
+def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeypatch):
     """A window whose mean sits more than MODE_OUTSIDE_BULK_SD of its sds from the MAP
+    moves the Laplace fit there (full-data curvature at the window mean, anchor with it) when
+    the window is settled; waits when it is not; and, where no dense Hessian is computed,
     marks the Laplace fit untrusted (its curvature no longer sets the step)."""
     from pymc_bigdata.adaptation import RunningMoments
+    from pymc_bigdata.step_methods import base
     from pymc_bigdata.step_methods.base import MODE_OUTSIDE_BULK_SD
 
     step = _step(pmb.SGLD, small_logistic)
     rng = np.random.default_rng(0)
     sd = np.sqrt(np.diag(step.laplace.covariance()))
-    for shift, expected in ((0.5, False), (2 * MODE_OUTSIDE_BULK_SD, True)):
-        moments = RunningMoments(step.layer.dim, dense=False)
+
+    def window(shift):
+        moments = RunningMoments(step.layer.dim, dense=step.precond.kind == "dense")
         for _ in range(200):
             moments.add(step.laplace.center + sd * (shift + rng.standard_normal(step.layer.dim)))
-        assert step._mode_outside_bulk(moments) is expected
-    # at a window's end: a ModeWarning that names the coordinate and the fix, and the
-    # preconditioner from the draws alone (unit curvature range)
-    step._moments = moments
+        return moments
+
+    for shift, expected in ((0.5, False), (2 * MODE_OUTSIDE_BULK_SD, True)):
+        assert step._mode_outside_bulk(window(shift)) is expected
+    map_center, map_anchor = step.laplace.center.copy(), step.anchor
+    # a window still travelling (mean virial far from 1): nothing changes yet
+    step._moments, step._window_virials = window(2 * MODE_OUTSIDE_BULK_SD), [40.0] * 200
     with pytest.warns(pmb.ModeWarning, match=r"beta\[\d\].*parameterisation"):
+        step._end_window()
+    assert step._trust_laplace and step.anchor is map_anchor
+    np.testing.assert_array_equal(step.laplace.center, map_center)
+    # a settled one: the fit, the preconditioner and the anchor move to its mean
+    moments = window(2 * MODE_OUTSIDE_BULK_SD)
+    step._moments, step._window_virials = moments, [1.0] * 200
+    step._end_window()
+    assert step._trust_laplace and step.precond is step.laplace
+    np.testing.assert_allclose(step.laplace.center, moments.mean)
+    np.testing.assert_allclose(step.anchor.theta, moments.mean)
+    np.testing.assert_allclose(step.anchor.curvature_point, moments.mean)
+    hessian = step.layer.full_loglik_hessian(moments.mean)
+    precision = -(hessian + step.layer.prior_hessian(moments.mean))
+    np.testing.assert_allclose(step.laplace.laplace_sd(), np.sqrt(np.diag(np.linalg.inv(precision))))
+    # without a dense Hessian: the draws alone (unit curvature range)
+    step._reset_chain_state()
+    monkeypatch.setattr(base, "DENSE_HESSIAN_MAX_DIM", 0)
+    step._moments, step._window_virials = window(2 * MODE_OUTSIDE_BULK_SD), [1.0] * 200
+    with pytest.warns(pmb.ModeWarning):
         step._end_window()
     assert not step._trust_laplace
     assert step.precond.curvature_range == (1.0, 1.0)
