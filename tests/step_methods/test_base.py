@@ -361,7 +361,9 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     np.testing.assert_allclose(step.anchor.curvature_point, moments.mean)
     hessian = step.layer.full_loglik_hessian(moments.mean)
     precision = -(hessian + step.layer.prior_hessian(moments.mean))
-    np.testing.assert_allclose(step.laplace.laplace_sd(), np.sqrt(np.diag(np.linalg.inv(precision))))
+    np.testing.assert_allclose(
+        step.laplace.laplace_sd(), np.sqrt(np.diag(np.linalg.inv(precision)))
+    )
     # without a dense Hessian: the draws alone (unit curvature range)
     step._reset_chain_state()
     monkeypatch.setattr(base, "DENSE_HESSIAN_MAX_DIM", 0)
