@@ -10,11 +10,12 @@ from pymc_bigdata.errors import (
 from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import RowIndexSampler, RowSource
-from pymc_bigdata.step_methods import SBPS, SGHMC, SGLD, SubsamplingStep, pSBPS
+from pymc_bigdata.step_methods import HMCECS, SBPS, SGHMC, SGLD, SubsamplingStep, pSBPS
 
 register()
 
 __all__ = [
+    "HMCECS",
     "SBPS",
     "SGHMC",
     "pSBPS",

@@ -47,6 +47,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
+from pymc_bigdata.difference_terms import DifferenceTerms
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.rows import RowSource, check_batch_size
 
@@ -460,6 +461,12 @@ class MinibatchModel:
         batched = vectorize_graph(hv, {self.direction: basis})
         eye = pt.eye(self.theta.shape[0], dtype="float64")
         return self._compile([self.theta], graph_replace(batched, {basis: eye}))
+
+    @cached_property
+    def difference_terms(self) -> DifferenceTerms:
+        """Per-row Taylor residuals and difference-estimator gradients (HMC-ECS), compiled
+        lazily; see :mod:`pymc_bigdata.difference_terms`."""
+        return DifferenceTerms(self)
 
     # ------------------------------------------------------------------ minibatch quantities
     def coordinate_label(self, index: int) -> str:

@@ -1,0 +1,197 @@
+"""Compiled per-row Taylor residuals for difference estimators of the log-likelihood.
+
+The layer's part of HMC-ECS (Dang et al. 2019, Sec. 4.1-4.2 and 5.1): for the rows of a
+subsample, the residual of each row's log-likelihood against its Taylor control variate
+around the anchor ``theta*`` (Eq. 4.4),
+
+    d_k(theta) = l_k(theta) - q_k(theta),
+    q_k(theta) = l_k(theta*) + grad l_k(theta*) . delta + 1/2 delta' H_k(theta_h) delta,
+
+with ``delta = theta - theta*`` and the terms kept up to the Taylor ``order`` (0, 1 or 2).
+``H_k`` is taken at the anchor's curvature point ``theta_h`` (the MAP, or where tuning last
+re-fitted the curvature): the estimator stays unbiased for any ``theta_h`` because the
+full-data sum ``sum_k q_k`` uses the same point, ``B = sum_k H_k(theta_h)``
+(``Anchor.loglik_hessian``).  No per-row Hessian is ever formed: ``delta' H_k delta`` is a
+second directional derivative along ``delta`` (two forward passes per row), and the
+gradients below are reverse passes through it (``O(m d)`` memory, never ``m d^2``).
+
+Two fused graphs give, in one call, the log prior, the residuals ``d`` of the given rows and
+the gradient in ``theta`` of ``log prior + F(d)`` for the estimator's own ``F``:
+
+* ``perturbed``: ``F = w sum_i d_i - (v / 2) sum_i (d_i - mean d)^2`` with ``w = n/m`` and
+  ``v = n^2/m^2``: the random part of the bias-corrected estimator (4.5),
+  ``l_hat - sigma_hat^2 / 2`` with (4.1)-(4.3); its gradient is (4.7) with ``grad
+  sigma_hat^2``;
+* ``block_poisson``: the rows in consecutive minibatches of ``m``, ``D_g = w sum_{i in g}
+  d_i`` and ``F = sum_g log |D_g - a|``: the random part of ``log |L_hat|`` of (5.1).
+
+The deterministic part, ``sum_k q_k(theta) = l(theta*) + A . delta + 1/2 delta' B delta``
+(``A``, ``B``: full-data sums at the anchor), is added by :func:`control_variate_sum`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.gradient import grad, pushforward, zero_grad
+from pytensor.graph.replace import clone_replace
+
+if TYPE_CHECKING:
+    from pymc_bigdata.layer import Anchor, MinibatchModel
+
+__all__ = ["TAYLOR_ORDERS", "DifferenceTerms", "control_variate_sum"]
+
+#: the Taylor orders of the control variates (Sec. 6.8 of the paper compares them)
+TAYLOR_ORDERS = (0, 1, 2)
+
+
+class DifferenceTerms:
+    """Residuals ``d_k`` and estimator gradients of one layer (compiled lazily, per order).
+
+    Parameters
+    ----------
+    layer
+        The :class:`~pymc_bigdata.MinibatchModel` whose row log-likelihood graph is used.
+    """
+
+    def __init__(self, layer: MinibatchModel):
+        self.layer = layer
+        self._fns: dict[tuple[str, int], object] = {}
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fns"] = {}  # recompiled lazily after unpickling (fast from the cache)
+        return state
+
+    # ------------------------------------------------------------------ graphs
+    @cached_property
+    def _curvature_point(self) -> pt.TensorVariable:
+        return pt.vector("theta_curvature", dtype="float64")
+
+    def _residual_graph(self, order: int) -> pt.TensorVariable:
+        """``d_k(theta)`` per row, shape (n,)."""
+        layer = self.layer
+        rows = layer.row_logp_graph
+        delta = layer.theta - layer.anchor
+        residual = rows - clone_replace(rows, {layer.theta: layer.anchor})
+        if order >= 1:
+            at_anchor = clone_replace(rows, {layer.theta: layer.anchor})
+            residual = residual - pushforward(at_anchor, layer.anchor, delta)
+        if order >= 2:
+            point = self._curvature_point
+            at_point = clone_replace(rows, {layer.theta: point})
+            slope = pushforward(at_point, point, delta)
+            residual = residual - 0.5 * pushforward(slope, point, delta)
+        return residual
+
+    def _inputs(self) -> list[pt.TensorVariable]:
+        layer = self.layer
+        return [layer.theta, layer.anchor, self._curvature_point, *layer.row_inputs]
+
+    def _compiled(self, kind: str, order: int):
+        key = (kind, order)
+        if key not in self._fns:
+            self._fns[key] = self._build(kind, order)
+        return self._fns[key]
+
+    def _build(self, kind: str, order: int):
+        layer = self.layer
+        d = self._residual_graph(order)
+        if kind == "residuals":
+            return layer._compile(self._inputs(), d)
+        prior = layer.prior_graph
+        if kind == "perturbed":
+            w = pt.scalar("w", dtype="float64")
+            v = pt.scalar("v", dtype="float64")
+            coefficient = w - v * (d - d.mean())
+            extra = [w, v]
+        elif kind == "block_poisson":
+            w = pt.scalar("w", dtype="float64")
+            m = pt.scalar("m", dtype="int64")
+            a = pt.scalar("a", dtype="float64")
+            groups = d.reshape((-1, m))
+            totals = w * groups.sum(axis=1)
+            coefficient = (w / (totals - a))[:, None] * pt.ones_like(groups)
+            coefficient = coefficient.reshape((-1,))
+            extra = [w, m, a]
+        else:  # pragma: no cover - internal
+            raise ValueError(kind)
+        objective = prior + (zero_grad(coefficient) * d).sum()
+        return layer._compile([*self._inputs(), *extra], [prior, d, grad(objective, layer.theta)])
+
+    # ------------------------------------------------------------------ calls
+    @staticmethod
+    def _points(anchor: Anchor, order: int) -> tuple[np.ndarray, np.ndarray]:
+        if order == 2:
+            if anchor.curvature_point is None or anchor.loglik_hessian is None:
+                raise ValueError("Second-order control variates need an anchor with curvature.")
+            return anchor.theta, anchor.curvature_point
+        return anchor.theta, anchor.theta  # the curvature point is unused below order 2
+
+    def residuals(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor, order: int
+    ) -> np.ndarray:
+        """``d_k(theta)`` of the given rows, shape (n,)."""
+        star, point = self._points(anchor, order)
+        return self._compiled("residuals", order)(theta, star, point, *rows)
+
+    def perturbed(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor, order: int
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """Log prior, residuals ``d`` and ``grad [log prior + (N/m) sum d - sigma_hat^2 / 2]``
+        for ``m = len(rows)`` rows drawn uniformly with replacement (Eqs. 4.2, 4.3, 4.7)."""
+        star, point = self._points(anchor, order)
+        m = len(rows[0])
+        w = self.layer.n_rows / m
+        fn = self._compiled("perturbed", order)
+        prior, d, g = fn(theta, star, point, *rows, _scalar(w), _scalar(w * w))
+        return float(prior), d, g
+
+    def block_poisson(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        minibatch: int,
+        lower_bound: float,
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """Log prior, residuals ``d`` and ``grad [log prior + sum_g log |D_g - a|]`` for rows
+        in consecutive minibatches of ``minibatch`` rows (Eq. 5.1's random part)."""
+        star, point = self._points(anchor, order)
+        w = self.layer.n_rows / minibatch
+        fn = self._compiled("block_poisson", order)
+        prior, d, g = fn(
+            theta,
+            star,
+            point,
+            *rows,
+            _scalar(w),
+            np.asarray(minibatch, dtype=np.int64),
+            _scalar(lower_bound),
+        )
+        return float(prior), d, g
+
+
+def control_variate_sum(theta: np.ndarray, anchor: Anchor, order: int) -> tuple[float, np.ndarray]:
+    """``sum_k q_k(theta)`` over all rows and its gradient, from the anchor's full-data sums:
+    ``l(theta*) + A . delta + 1/2 delta' B delta`` and ``A + B delta`` (up to ``order``)."""
+    value = float(anchor.loglik)
+    gradient = np.zeros_like(theta)
+    if order >= 1:
+        delta = theta - anchor.theta
+        value += float(anchor.loglik_grad @ delta)
+        gradient = gradient + anchor.loglik_grad
+        if order >= 2:
+            curved = anchor.loglik_hessian @ delta
+            value += 0.5 * float(delta @ curved)
+            gradient = gradient + curved
+    return value, np.asarray(gradient, dtype=np.float64)
+
+
+def _scalar(value: float) -> np.ndarray:
+    """A 0-d float64 array (the compiled functions trust their inputs' types)."""
+    return np.asarray(value, dtype=np.float64)

@@ -1,0 +1,307 @@
+"""HMC with energy conserving subsampling (Dang, Quiroz, Kohn, Tran & Villani, 2019).
+
+One iteration is Algorithm 1, HMC-within-Gibbs on the extended target (3.3),
+``exp(-H_hat(theta, p)) p_U(u)`` with ``H_hat = -log |L_hat(theta; u)| - log p(theta) + p'p/2``:
+
+1. a pseudo-marginal Metropolis-Hastings update of the subsample ``u`` at the current
+   ``theta`` (3.5), correlated over iterations by refreshing one block of ``G`` (perturbed) or
+   ``kappa`` of the ``lambda`` products (signed), so that ``rho ~ 1 - 1/G`` (Sec. 3.3, 5.3);
+2. an HMC update of ``theta`` given ``u``: leapfrog dynamics on that subsample's estimated
+   Hamiltonian and the accept test (3.7) with the same estimate (Sec. 3.4).
+
+The estimators (pure numpy, on the per-row residuals ``d_k = l_k - q_k`` the layer computes):
+
+* perturbed (Sec. 4): the difference estimator (4.1)-(4.2) with ``m`` rows drawn uniformly
+  with replacement, its variance estimate (4.3) and the bias-corrected
+  ``log L_hat = l_hat - sigma_hat^2 / 2`` (4.5);
+* signed (Sec. 5): the block-Poisson estimator (5.1) with ``lambda`` products of
+  ``X_l ~ Pois(1)`` minibatch estimates of ``m`` rows each and lower bound ``a``, which is
+  unbiased but may be negative: the chain targets ``|L_hat|`` (5.2) and the sign of each draw
+  corrects expectations afterwards (5.3).
+
+Positions are in the preconditioned coordinates ``z`` (mass matrix ``I`` there, i.e.
+``M = (L L')^{-1}`` in ``theta``).  The kernel never reads data: ``evaluate(z, u)`` and
+``propose(u, rng)`` come from the step method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scipy.special import ndtr
+
+__all__ = [
+    "Evaluation",
+    "HMCECSInfo",
+    "HMCECSState",
+    "Subsample",
+    "block_poisson_log_abs",
+    "block_poisson_settings",
+    "draw_block_subsample",
+    "draw_poisson_subsample",
+    "dual_averaging_init",
+    "dual_averaging_update",
+    "hmcecs_step",
+    "perturbed_loglik",
+    "propose_block",
+    "propose_products",
+]
+
+#: a leapfrog trajectory whose energy error exceeds this is a divergence (as in NUTS)
+MAX_ENERGY_ERROR = 1000.0
+
+
+# ---------------------------------------------------------------------- estimators
+def perturbed_loglik(cv_sum: float, residuals: np.ndarray, n_rows: int) -> tuple[float, float]:
+    """Eqs. (4.1)-(4.5): ``(l_hat - sigma_hat^2 / 2, sigma_hat^2)`` from ``sum_k q_k`` and the
+    residuals of ``m`` rows drawn uniformly with replacement."""
+    m = len(residuals)
+    scale = n_rows / m
+    mean = float(residuals.mean())
+    sigma2 = scale * scale * float(np.sum((residuals - mean) ** 2))  # (4.3)
+    loglik = cv_sum + scale * float(residuals.sum())  # (4.1)-(4.2)
+    return loglik - 0.5 * sigma2, sigma2  # (4.5)
+
+
+def block_poisson_log_abs(
+    cv_sum: float,
+    residuals: np.ndarray,
+    n_rows: int,
+    minibatch: int,
+    products: int,
+    lower_bound: float,
+) -> tuple[float, int]:
+    """Eq. (5.1): ``(log |L_hat|, sign L_hat)`` for residuals in consecutive minibatches of
+    ``minibatch`` rows (``sum_l X_l`` of them over the ``products`` factors ``xi_l``).
+
+    ``log |L_hat| = sum q + (a + lambda) + sum_{l,h} log |d_hat_lh - a| - (sum_l X_l) log lambda``
+    and the sign is ``(-1)^(number of d_hat_lh < a)``.
+    """
+    totals = (n_rows / minibatch) * residuals.reshape(-1, minibatch).sum(axis=1)
+    shifted = totals - lower_bound
+    log_abs = cv_sum + lower_bound + products + float(np.sum(np.log(np.abs(shifted))))
+    log_abs -= len(totals) * math.log(products)
+    sign = -1 if int(np.count_nonzero(shifted < 0)) % 2 else 1
+    return log_abs, sign
+
+
+def block_poisson_settings(
+    mean: float, sd: float, variance_target: float, sign_tolerance: float
+) -> tuple[int, float]:
+    """``(lambda, a)`` for the block-Poisson estimator from the mean and sd of one minibatch
+    estimate ``d_hat`` (measured in tuning, across draws).
+
+    With ``d_hat ~ N(mu, sigma^2)`` and ``a = mu - lambda``, each factor is
+    ``1 + (d_hat - mu) / lambda``, so ``Var log |L_hat| ~ sigma^2 / lambda`` (``lambda`` factors
+    of ``Pois(1)`` minibatches), a factor is negative with probability ``p = Phi(-lambda /
+    sigma)``, and ``E[sign] = 2 tau - 1 = exp(-2 lambda p)`` (a ``Pois(lambda p)`` count of
+    negative factors is even with probability ``(1 + exp(-2 lambda p)) / 2``).  The rule takes
+    the smallest ``lambda`` with ``sigma^2 / lambda <= variance_target`` and ``1 - exp(-2 lambda
+    p) <= sign_tolerance``: the cost ``lambda m`` grows with ``lambda`` while the inefficiency
+    ``IF / (2 tau - 1)^2`` of (5.4) stays within a few percent of its floor.
+    """
+    sigma = max(float(sd), 1e-12)
+    lam = max(1, math.ceil(sigma * sigma / variance_target))
+    while 1.0 - math.exp(-2.0 * lam * float(ndtr(-lam / sigma))) > sign_tolerance:
+        lam += 1
+    return lam, float(mean) - lam
+
+
+# ---------------------------------------------------------------------- subsamples
+@dataclass(frozen=True)
+class Subsample:
+    """The auxiliary variable ``u``: row indices, the rows themselves, and their layout.
+
+    Perturbed: ``bounds`` are the ``G + 1`` block boundaries of the ``m`` indices.  Signed:
+    ``counts[l]`` minibatches of ``minibatch`` rows for each product ``l``, the indices laid
+    out product after product (minibatches are consecutive runs of ``minibatch`` rows).
+    """
+
+    indices: np.ndarray
+    rows: tuple[np.ndarray, ...]
+    bounds: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    minibatch: int = 0
+
+
+RowReader = Callable[[np.ndarray], list[np.ndarray]]
+
+
+def draw_block_subsample(
+    n_rows: int, size: int, blocks: int, take: RowReader, rng: np.random.Generator
+) -> Subsample:
+    """A fresh ``u``: ``size`` rows uniformly with replacement, in ``blocks`` near-equal blocks."""
+    indices = rng.integers(n_rows, size=size)
+    bounds = np.linspace(0, size, blocks + 1).round().astype(np.int64)
+    return Subsample(indices, tuple(take(indices)), bounds=bounds)
+
+
+def propose_block(
+    u: Subsample, n_rows: int, take: RowReader, rng: np.random.Generator
+) -> Subsample:
+    """``u'``: one block, chosen uniformly, redrawn (Sec. 3.3, Tran et al. 2017)."""
+    block = int(rng.integers(len(u.bounds) - 1))
+    start, stop = int(u.bounds[block]), int(u.bounds[block + 1])
+    fresh = rng.integers(n_rows, size=stop - start)
+    indices = u.indices.copy()
+    indices[start:stop] = fresh
+    rows = []
+    for old, new in zip(u.rows, take(fresh)):
+        array = old.copy()
+        array[start:stop] = new
+        rows.append(array)
+    return Subsample(indices, tuple(rows), bounds=u.bounds)
+
+
+def draw_poisson_subsample(
+    n_rows: int, minibatch: int, products: int, take: RowReader, rng: np.random.Generator
+) -> Subsample:
+    """A fresh ``u`` of the block-Poisson estimator: ``X_l ~ Pois(1)`` minibatches per product."""
+    counts = rng.poisson(1.0, size=products)
+    indices = rng.integers(n_rows, size=int(counts.sum()) * minibatch)
+    return Subsample(indices, tuple(take(indices)), counts=counts, minibatch=minibatch)
+
+
+def propose_products(
+    u: Subsample, n_rows: int, refreshed: int, take: RowReader, rng: np.random.Generator
+) -> Subsample:
+    """``u'``: ``refreshed`` (kappa) of the products, chosen uniformly, redrawn with new counts
+    and rows, the others kept (``rho ~ 1 - kappa / lambda``, Sec. 5.3)."""
+    m, counts = u.minibatch, u.counts
+    chosen = rng.choice(len(counts), size=refreshed, replace=False)
+    new_counts = counts.copy()
+    new_counts[chosen] = rng.poisson(1.0, size=refreshed)
+    starts = np.concatenate([[0], np.cumsum(counts)]) * m
+    pieces_idx, pieces_rows = [], []
+    fresh_idx = rng.integers(n_rows, size=int(new_counts[chosen].sum()) * m)
+    fresh_rows = take(fresh_idx)
+    fresh_starts = dict(zip(chosen.tolist(), np.cumsum([0, *new_counts[chosen][:-1]]) * m))
+    for product in range(len(counts)):
+        if product in fresh_starts:
+            lo = int(fresh_starts[product])
+            hi = lo + int(new_counts[product]) * m
+            pieces_idx.append(fresh_idx[lo:hi])
+            pieces_rows.append([r[lo:hi] for r in fresh_rows])
+        else:
+            lo, hi = int(starts[product]), int(starts[product + 1])
+            pieces_idx.append(u.indices[lo:hi])
+            pieces_rows.append([r[lo:hi] for r in u.rows])
+    indices = np.concatenate(pieces_idx)
+    rows = tuple(np.concatenate(parts) for parts in zip(*pieces_rows))
+    return Subsample(indices, rows, counts=new_counts, minibatch=m)
+
+
+# ---------------------------------------------------------------------- the kernel
+class Evaluation(NamedTuple):
+    """The estimated log posterior ``log |L_hat| + log p`` at ``(z, u)``, its gradient in
+    ``z``, the variance of ``log |L_hat|`` (``sigma_hat^2`` of (4.3) when perturbed), the
+    estimate's sign, and ``level``: the subsample's estimate ``N mean(d)`` of ``sum_k d_k``."""
+
+    logp: float
+    grad: np.ndarray
+    loglik_var: float
+    sign: int
+    level: float = math.nan
+
+
+class HMCECSState(NamedTuple):
+    position: np.ndarray
+    subsample: Subsample
+    evaluation: Evaluation
+
+
+class HMCECSInfo(NamedTuple):
+    accept_prob: float
+    accepted: bool
+    subsample_accept: float
+    energy_error: float
+    diverging: bool
+    evaluations: int
+
+
+Evaluate = Callable[[np.ndarray, Subsample], Evaluation]
+Propose = Callable[[Subsample, np.random.Generator], Subsample]
+
+
+def _finite(e: Evaluation) -> bool:
+    return math.isfinite(e.logp) and bool(np.all(np.isfinite(e.grad)))
+
+
+def hmcecs_step(
+    state: HMCECSState,
+    evaluate: Evaluate,
+    propose: Propose,
+    step_size: float,
+    n_steps: int,
+    rng: np.random.Generator,
+) -> tuple[HMCECSState, HMCECSInfo]:
+    """One iteration of Algorithm 1: the subsample update (3.5), then leapfrog HMC (3.7)."""
+    z, u, here = state
+    # (1) u | theta: pseudo-marginal MH; the prior and momentum cancel in the ratio (3.5)
+    proposed_u = propose(u, rng)
+    there = evaluate(z, proposed_u)
+    log_ratio = there.logp - here.logp if _finite(there) else -math.inf
+    subsample_accept = math.exp(min(0.0, log_ratio)) if not math.isnan(log_ratio) else 0.0
+    if math.log(rng.uniform()) < log_ratio:
+        u, here = proposed_u, there
+    # (2) theta, p | u: leapfrog on this subsample's H_hat, accepted by the same H_hat
+    momentum = rng.standard_normal(z.shape[0])
+    energy0 = -here.logp + 0.5 * float(momentum @ momentum)
+    position, current = z, here
+    momentum = momentum + 0.5 * step_size * current.grad
+    finite, evaluations = True, 1
+    for step in range(n_steps):
+        position = position + step_size * momentum
+        current = evaluate(position, u)
+        evaluations += 1
+        if not _finite(current):
+            finite = False
+            break
+        scale = step_size if step < n_steps - 1 else 0.5 * step_size
+        momentum = momentum + scale * current.grad
+    energy_error = math.inf
+    if finite:
+        energy_error = -current.logp + 0.5 * float(momentum @ momentum) - energy0
+    diverging = not finite or not energy_error < MAX_ENERGY_ERROR
+    accept_prob = 0.0 if diverging else math.exp(min(0.0, -energy_error))
+    accepted = not diverging and rng.uniform() < accept_prob
+    new_state = HMCECSState(position, u, current) if accepted else HMCECSState(z, u, here)
+    info = HMCECSInfo(accept_prob, accepted, subsample_accept, energy_error, diverging, evaluations)
+    return new_state, info
+
+
+# ---------------------------------------------------------------------- step size
+class DualAveraging(NamedTuple):
+    """Hoffman & Gelman (2014), Alg. 5's state: ``log eps``, its weighted average, the
+    running mean statistic, the iteration count and the shrinkage point ``mu``."""
+
+    log_step: float
+    log_step_avg: float
+    statistic: float
+    count: int
+    mu: float
+
+
+#: Hoffman & Gelman's (2014) constants
+DA_GAMMA, DA_T0, DA_KAPPA = 0.05, 10.0, 0.75
+
+
+def dual_averaging_init(step_size: float) -> DualAveraging:
+    """Start at ``step_size``, shrinking towards ``10 step_size`` (their recommendation)."""
+    log_step = math.log(step_size)
+    return DualAveraging(log_step, log_step, 0.0, 0, math.log(10.0 * step_size))
+
+
+def dual_averaging_update(state: DualAveraging, accept_prob: float, target: float) -> DualAveraging:
+    """One update towards mean acceptance ``target`` (a divergence counts as 0)."""
+    count = state.count + 1
+    eta = 1.0 / (count + DA_T0)
+    statistic = (1.0 - eta) * state.statistic + eta * (target - accept_prob)
+    log_step = state.mu - math.sqrt(count) / DA_GAMMA * statistic
+    weight = count**-DA_KAPPA
+    log_step_avg = weight * log_step + (1.0 - weight) * state.log_step_avg
+    return DualAveraging(log_step, log_step_avg, statistic, count, state.mu)

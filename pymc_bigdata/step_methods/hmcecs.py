@@ -1,0 +1,537 @@
+"""HMC-ECS step method (Dang et al. 2019): perturbed and signed energy conserving subsampling.
+
+The algorithm is in :mod:`pymc_bigdata.kernels.hmcecs`; the per-row Taylor residuals in
+:mod:`pymc_bigdata.difference_terms`.  This adapter supplies the kernel's two callbacks
+(the estimated log posterior at ``(z, u)`` and the subsample proposal), and tunes, on the
+base's schedule: the mass matrix (the base's preconditioner: the Laplace fit, then the tuning
+windows' draws), the anchor ``theta*`` (re-centred on the draws, Sec. 6.3), the step size (dual
+averaging to a mean acceptance of 0.8 at a fixed trajectory length, Sec. 6.3), the subsample
+size ``m`` (perturbed; mean ``sigma_hat^2`` at the draws near ``loglik_var_target``, Sec. 3.1)
+and ``lambda`` and ``a`` (signed; :func:`~pymc_bigdata.kernels.hmcecs.block_poisson_settings`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from pymc.logprob.utils import ParameterValueError
+
+from pymc_bigdata.difference_terms import TAYLOR_ORDERS, control_variate_sum
+from pymc_bigdata.kernels.hmcecs import (
+    Evaluation,
+    HMCECSInfo,
+    HMCECSState,
+    Subsample,
+    block_poisson_log_abs,
+    block_poisson_settings,
+    draw_block_subsample,
+    draw_poisson_subsample,
+    dual_averaging_init,
+    dual_averaging_update,
+    hmcecs_step,
+    perturbed_loglik,
+    propose_block,
+    propose_products,
+)
+from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+
+__all__ = ["HMCECS"]
+
+#: the smallest automatic subsample size (perturbed): below it sigma_hat^2 is itself noisy
+MIN_SUBSAMPLE = 100
+
+#: most leapfrog steps per iteration (a trajectory shorter than asked for beyond it)
+MAX_LEAPFROG = 200
+
+#: tuning draws after which ``m`` (or ``lambda``, ``a``) is re-chosen, then every this many
+RETUNE_AT = (10, 25, 50)
+RETUNE_EVERY = 50
+
+#: the fraction of negative signs above which the sign-corrected estimates are unreliable
+#: (each one costs ``(2 tau - 1)^2`` of the effective sample size: 0.64 at 10 %)
+NEGATIVE_SIGN_ALARM = 0.1
+
+#: after tuning, a mean sigma_hat^2 above this multiple of the target is reported
+LOGLIK_VAR_ALARM = 3.0
+
+#: a mean subsample acceptance below this means u rarely moves (a stuck pseudo-marginal)
+SUBSAMPLE_ACCEPT_ALARM = 0.5
+
+
+class HMCECS(SubsamplingStep):
+    """Hamiltonian Monte Carlo with energy conserving subsampling as a PyMC step method.
+
+    Each draw is one HMC-within-Gibbs iteration (Alg. 1): a block pseudo-marginal update of the
+    subsample, then leapfrog HMC whose dynamics and accept test both use that subsample's
+    estimated Hamiltonian. See ``docs/hmcecs.md``.
+
+    Parameters
+    ----------
+    estimator
+        ``"perturbed"`` (Sec. 4, default): the bias-corrected difference estimator (4.5); the
+        draws target a perturbed posterior, ``O(1 / (N m^2))`` from the true one.
+        ``"signed"`` (Sec. 5): the block-Poisson estimator (5.1), unbiased but possibly
+        negative; the draws target ``|L_hat|`` and the per-draw stat ``sign`` corrects
+        expectations exactly (:func:`pymc_bigdata.sign_weights`).
+    subsample_size
+        ``m``, rows per estimate (perturbed; ``G <= m <= N``).  Default: chosen in tuning so
+        that the mean ``sigma_hat^2`` (4.3) over the draws is ``loglik_var_target``, at least
+        ``max(100, G)`` and at most ``N``; a given value is kept fixed.
+    blocks
+        ``G``, the blocks of the perturbed subsample; one is redrawn per iteration
+        (``rho ~ 1 - 1/G``).  Default ``min(100, m)``.
+    taylor_order
+        Order of the Taylor control variates (4.4): 0, 1 or 2.  Default: 2 where the layer has
+        the full-data Hessian ``B`` (``d <= 2000``), else 1 (the stat ``cv_order`` records it).
+    minibatch
+        ``m`` of the signed estimator: rows per minibatch estimate (default 30, the paper's).
+    products
+        ``lambda`` of the signed estimator (default: tuned, see ``docs/hmcecs.md``).
+    lower_bound
+        ``a`` of the signed estimator (default: tuned with ``lambda``).
+    refreshed_products
+        ``kappa``, products redrawn per iteration (signed; default 1, ``rho ~ 1 - kappa/lambda``).
+    trajectory_length
+        ``eps L`` in the preconditioned coordinates (default 1.2, the paper's).
+    target_accept
+        Mean HMC acceptance that dual averaging aims at (default 0.8).
+    loglik_var_target
+        Mean ``sigma_hat^2`` that the automatic ``m`` (perturbed) or ``lambda`` (signed, as
+        ``Var log |L_hat|``) aims at (default 1, Pitt et al. 2012).
+    sign_tolerance
+        Signed: largest ``1 - E[sign]`` the automatic ``lambda`` allows (default 0.02).
+    step_size
+        Leapfrog step in the preconditioned coordinates; default: dual averaging in tuning.
+    **kwargs
+        The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
+        ``preconditioner``, ``adapt``, ``layer``, ``rng``...
+    """
+
+    name = "hmcecs"
+    default_step_size: ClassVar[float] = 0.25
+    default_blocks: ClassVar[int] = 100
+    default_minibatch: ClassVar[int] = 30
+
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
+        **SubsamplingStep.stats_dtypes_shapes,
+        "accept_prob": (np.float64, []),
+        "accepted": (bool, []),
+        "subsample_accept": (np.float64, []),
+        "loglik_var": (np.float64, []),
+        "sign": (np.int64, []),
+        "n_steps": (np.int64, []),
+        "energy_error": (np.float64, []),
+        "subsample_size": (np.int64, []),
+        "products": (np.int64, []),
+        "lower_bound": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        estimator: str = "perturbed",
+        subsample_size: int | None = None,
+        blocks: int | None = None,
+        taylor_order: int | None = None,
+        minibatch: int | None = None,
+        products: int | None = None,
+        lower_bound: float | None = None,
+        refreshed_products: int = 1,
+        trajectory_length: float = 1.2,
+        target_accept: float = 0.8,
+        loglik_var_target: float = 1.0,
+        sign_tolerance: float = 0.02,
+        step_size: float | None = None,
+        **kwargs,
+    ):
+        if estimator not in ("perturbed", "signed"):
+            raise ValueError(f"estimator must be 'perturbed' or 'signed', got {estimator!r}.")
+        for key in ("batch_size", "inner_steps", "census", "replace", "reshuffle"):
+            if key in kwargs:
+                raise TypeError(
+                    f"HMCECS has no {key!r}: it draws its subsample uniformly with replacement "
+                    "(use subsample_size, blocks, minibatch, products)."
+                )
+        if taylor_order is not None and taylor_order not in TAYLOR_ORDERS:
+            raise ValueError(f"taylor_order must be 0, 1 or 2, got {taylor_order!r}.")
+        self.estimator = estimator
+        self._given_blocks = _check_count("blocks", blocks)
+        self._given_products = _check_count("products", products)
+        self.refreshed_products = _check_count("refreshed_products", refreshed_products)
+        if self._given_products is not None and self.refreshed_products > self._given_products:
+            raise ValueError(
+                f"refreshed_products ({refreshed_products}) must be at most products ({products})."
+            )
+        if lower_bound is not None and not (
+            isinstance(lower_bound, int | float) and math.isfinite(lower_bound)
+        ):
+            raise ValueError(f"lower_bound must be a finite number, got {lower_bound!r}.")
+        self._given_lower_bound = None if lower_bound is None else float(lower_bound)
+        if (products is None) != (lower_bound is None):
+            raise ValueError("Give both products and lower_bound (lambda and a), or neither.")
+        check_positive("trajectory_length", trajectory_length)
+        check_positive("loglik_var_target", loglik_var_target)
+        if not (isinstance(target_accept, int | float) and 0 < target_accept < 1):
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        if not (isinstance(sign_tolerance, int | float) and 0 < sign_tolerance < 1):
+            raise ValueError(f"sign_tolerance must be in (0, 1), got {sign_tolerance!r}.")
+        self.trajectory_length = float(trajectory_length)
+        self.target_accept = float(target_accept)
+        self.loglik_var_target = float(loglik_var_target)
+        self.sign_tolerance = float(sign_tolerance)
+        self._given_order = taylor_order
+        self._given_size = _check_count("subsample_size", subsample_size)
+        self._given_minibatch = _check_count("minibatch", minibatch)
+        if estimator == "signed" and subsample_size is not None:
+            raise ValueError(
+                "The signed estimator's rows per estimate are minibatch (m), not subsample_size."
+            )
+        cv = {None: True, 0: "first", 1: "first", 2: "second"}[taylor_order]
+        kwargs.setdefault("control_variates", cv)
+        if kwargs["control_variates"] in (False, "none"):
+            raise ValueError("HMCECS needs control variates (taylor_order 0, 1 or 2).")
+        super().__init__(
+            vars,
+            batch_size=self._initial_rows_arg(kwargs.get("model")),
+            step_size=step_size,
+            census=False,
+            replace=True,
+            **kwargs,
+        )
+        self.taylor_order = (
+            taylor_order if taylor_order is not None else (2 if self._has_curvature() else 1)
+        )
+        self.cv_order = self.taylor_order
+        self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, 1)
+        self._reset_chain_state()
+
+    # ------------------------------------------------------------------ set-up
+    def _initial_rows_arg(self, model) -> int | None:
+        """The base's ``batch_size`` (checked against N before the MAP search): ``m``."""
+        if self.estimator == "signed":
+            return self._given_minibatch
+        return self._given_size
+
+    def _check_layer_settings(self) -> None:
+        n_rows = self.layer.n_rows
+        size = self._given_size if self._given_size is not None else min(1000, n_rows)
+        if self._given_blocks is not None and self._given_blocks > size:
+            raise ValueError(
+                f"blocks (G = {self._given_blocks}) must be at most the subsample size "
+                f"(m = {size}): each block holds at least one row."
+            )
+        if self._given_order == 2 and self.layer.dim > 2000:
+            raise ValueError(
+                "taylor_order=2 needs the full-data Hessian B, not computed for d = "
+                f"{self.layer.dim} > 2000 parameters; use taylor_order=1."
+            )
+        if self._given_minibatch is not None and self._given_minibatch > n_rows:
+            raise ValueError(f"minibatch ({self._given_minibatch}) exceeds the N = {n_rows} rows.")
+        self.min_subsample = min(n_rows, max(MIN_SUBSAMPLE, self._given_blocks or 0))
+
+    def _has_curvature(self) -> bool:
+        return self.anchor is not None and self.anchor.loglik_hessian is not None
+
+    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """No gradient noise enters the target: the accept test uses the same estimate."""
+        return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
+
+    def _reset_chain_state(self) -> None:
+        super()._reset_chain_state()
+        if not hasattr(self, "estimator"):
+            return
+        n_rows = self.layer.n_rows
+        self.subsample_size = self._given_size or min(1000, n_rows)
+        self.minibatch = self._given_minibatch or min(self.default_minibatch, n_rows)
+        self.products = self._given_products or 1
+        self.lower_bound = self._given_lower_bound if self._given_lower_bound is not None else -1.0
+        self._subsample: Subsample | None = None
+        self._evaluation: Evaluation | None = None
+        self._info: HMCECSInfo | None = None
+        self._dual = dual_averaging_init(self.step_size)
+        self._precond_seen = self.precond
+        self._anchor_seen = self.anchor
+        self._piloted = False
+        self._unit_vars: list[float] = []  # perturbed: m sigma_hat^2 per tuning draw
+        self._level_draws: list[tuple[float, float]] = []  # signed: (mu_hat, var of d_hat)
+        self._signs: list[int] = []
+        self._subsample_accepts: list[float] = []
+        self._loglik_vars: list[float] = []
+        self.inner_steps = self._n_steps()
+
+    def _reset_kernel_state(self) -> None:
+        """Keep the subsample (redrawing it outside the MH update would bias ``u``'s law);
+        re-evaluate at the next draw (the coordinates or the anchor may have changed)."""
+        self._evaluation = None
+
+    @property
+    def blocks(self) -> int:
+        return self._given_blocks or min(self.default_blocks, self.subsample_size)
+
+    def _n_steps(self) -> int:
+        return max(1, min(MAX_LEAPFROG, math.ceil(self.trajectory_length / self.step_size - 1e-9)))
+
+    # ------------------------------------------------------------------ the two callbacks
+    def _take(self, indices: np.ndarray) -> list[np.ndarray]:
+        return self.layer.take_rows(indices)
+
+    def _fresh_subsample(self) -> Subsample:
+        n_rows = self.layer.n_rows
+        if self.estimator == "perturbed":
+            return draw_block_subsample(
+                n_rows, self.subsample_size, self.blocks, self._take, self.rng
+            )
+        return draw_poisson_subsample(n_rows, self.minibatch, self.products, self._take, self.rng)
+
+    def _propose(self, u: Subsample, rng: np.random.Generator) -> Subsample:
+        if self.estimator == "perturbed":
+            return propose_block(u, self.layer.n_rows, self._take, rng)
+        return propose_products(
+            u, self.layer.n_rows, min(self.refreshed_products, self.products), self._take, rng
+        )
+
+    def _evaluate(self, z: np.ndarray, u: Subsample) -> Evaluation:
+        """``log |L_hat(theta; u)| + log p(theta)`` and its gradient in ``z`` (Eqs. 4.5, 4.7
+        with ``grad sigma_hat^2``, or 5.1), ``sigma_hat^2`` and the sign."""
+        theta = self.precond.theta(z)
+        terms, order = self.layer.difference_terms, self.taylor_order
+        self._rows_touched += len(u.indices)
+        try:
+            if self.estimator == "perturbed":
+                prior, d, g = terms.perturbed(theta, list(u.rows), self.anchor, order)
+            else:
+                prior, d, g = terms.block_poisson(
+                    theta, list(u.rows), self.anchor, order, self.minibatch, self.lower_bound
+                )
+        except ParameterValueError:
+            return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
+        cv_sum, cv_grad = control_variate_sum(theta, self.anchor, order)
+        n_rows = self.layer.n_rows
+        if self.estimator == "perturbed":
+            loglik, loglik_var = perturbed_loglik(cv_sum, d, n_rows)
+            sign = 1
+        else:
+            loglik, sign = block_poisson_log_abs(
+                cv_sum, d, n_rows, self.minibatch, self.products, self.lower_bound
+            )
+            loglik_var = self._minibatch_variance(d)
+        grad_z = self.precond.grad_z(g + cv_grad)
+        level = n_rows * float(d.mean()) if len(d) else 0.0
+        return Evaluation(prior + loglik, grad_z, loglik_var, sign, level)
+
+    def _minibatch_variance(self, d: np.ndarray) -> float:
+        """Signed: ``Var log |L_hat| ~ sigma^2 / lambda`` with ``sigma^2 = N^2 var(d) / m`` the
+        variance of one minibatch estimate, from the residuals' spread."""
+        if len(d) < 2:
+            return math.nan
+        n_rows, m = self.layer.n_rows, self.minibatch
+        return n_rows * n_rows * float(np.var(d, ddof=1)) / m / self.products
+
+    # ------------------------------------------------------------------ one draw
+    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+        if self.tune and not self._piloted:
+            self._pilot(z0)
+        if self._subsample is None:
+            self._subsample = self._fresh_subsample()
+            self._evaluation = None
+        if self._evaluation is None:
+            self._evaluation = self._evaluate(z0, self._subsample)
+        state = HMCECSState(z0, self._subsample, self._evaluation)
+        new_state, info = hmcecs_step(
+            state, self._evaluate, self._propose, self.step_size, self.inner_steps, self.rng
+        )
+        self._info = info
+        self._subsample, self._evaluation = new_state.subsample, new_state.evaluation
+        self._eval_z, self._eval_grad = new_state.position, new_state.evaluation.grad
+        self._eval_lp = new_state.evaluation.logp
+        if self.tune and self.adapt:
+            self._tune_step(info)
+            self._measure(new_state.evaluation)
+        return new_state.position, not info.diverging
+
+    def _tune_step(self, info: HMCECSInfo) -> None:
+        if self._fixed_step:
+            return
+        accept = 0.0 if info.diverging else info.accept_prob
+        self._dual = dual_averaging_update(self._dual, accept, self.target_accept)
+        self.step_size = math.exp(self._dual.log_step)
+        self.inner_steps = self._n_steps()
+
+    def _measure(self, evaluation: Evaluation) -> None:
+        """Collect what the automatic ``m`` (or ``lambda``, ``a``) is chosen from, and re-choose
+        it on the schedule (until the terminal buffer, so that the step size settles with it)."""
+        if math.isfinite(evaluation.loglik_var):
+            if self.estimator == "perturbed":
+                self._unit_vars.append(evaluation.loglik_var * self.subsample_size)
+            elif math.isfinite(evaluation.level):
+                self._level_draws.append((evaluation.level, evaluation.loglik_var * self.products))
+        index = self._draw_index + 1
+        last = self._terminal_start if self._terminal_start else self._chain_tune
+        scheduled = index in RETUNE_AT or (index > RETUNE_AT[-1] and index % RETUNE_EVERY == 0)
+        if scheduled and index <= last:
+            self._retune_subsample()
+
+    # ------------------------------------------------------------------ tuning m, lambda, a
+    def _pilot(self, z0: np.ndarray) -> None:
+        """At a chain's first tuning draw: one estimate of the residuals' spread at the start
+        (``min(1000, N)`` rows), so that the first iterations already use a sensible size."""
+        self._piloted = True
+        if self.estimator == "perturbed" and self._given_size is not None:
+            return
+        if self.estimator == "signed" and self._given_products is not None:
+            return
+        n_rows = self.layer.n_rows
+        rows_n = min(1000, n_rows)
+        indices = self.rng.integers(n_rows, size=rows_n)
+        theta = self.precond.theta(z0)
+        try:
+            _, d, _ = self.layer.difference_terms.perturbed(
+                theta, self._take(indices), self.anchor, self.taylor_order
+            )
+        except ParameterValueError:
+            return
+        if not np.all(np.isfinite(d)):
+            return
+        if self.estimator == "perturbed":
+            _, sigma2 = perturbed_loglik(0.0, d, n_rows)
+            self._unit_vars = [sigma2 * rows_n]
+        else:
+            sigma2 = n_rows * n_rows * float(np.var(d, ddof=1)) / self.minibatch
+            self._level_draws = [(n_rows * float(d.mean()), sigma2)]
+        self._retune_subsample()
+        self._unit_vars, self._level_draws = [], []
+
+    def _retune_subsample(self) -> None:
+        if self.estimator == "perturbed":
+            self._retune_size()
+        else:
+            self._retune_products()
+
+    def _retune_size(self) -> None:
+        """``m = mean(m sigma_hat^2) / target``, within ``[max(100, G), N]``."""
+        if self._given_size is not None or not self._unit_vars:
+            return
+        wanted = float(np.mean(self._unit_vars)) / self.loglik_var_target
+        size = int(min(self.layer.n_rows, max(self.min_subsample, math.ceil(wanted))))
+        if size != self.subsample_size:
+            self.subsample_size = size
+            self._subsample = self._evaluation = None
+        self._unit_vars = []
+
+    def _retune_products(self) -> None:
+        if self._given_products is not None or not self._level_draws:
+            return
+        levels = np.array([level for level, _ in self._level_draws])
+        within = np.array([sigma2 for _, sigma2 in self._level_draws])
+        # one minibatch estimate's variance about a fixed a: within a draw, plus across draws
+        variance = float(np.mean(within)) + (float(np.var(levels)) if len(levels) > 1 else 0.0)
+        lam, a = block_poisson_settings(
+            float(np.mean(levels)),
+            math.sqrt(variance),
+            self.loglik_var_target,
+            self.sign_tolerance,
+        )
+        if lam != self.products or a != self.lower_bound:
+            self.products, self.lower_bound = lam, a
+            self._subsample = self._evaluation = None
+        self._level_draws = []
+
+    # ------------------------------------------------------------------ base hooks
+    def _adapt(self, theta: np.ndarray) -> None:
+        """The base's windows; a new preconditioner restarts dual averaging (new coordinates),
+        a moved anchor the measurements for ``m`` (the residuals changed)."""
+        super()._adapt(theta)
+        if self.precond is not self._precond_seen:
+            self._precond_seen = self.precond
+            if not self._fixed_step:
+                self._dual = dual_averaging_init(self.step_size)
+        if self.anchor is not self._anchor_seen:
+            self._anchor_seen = self.anchor
+            self._unit_vars, self._level_draws = [], []
+
+    def _adapt_step_size(self, final: bool) -> None:
+        """Dual averaging sets the step (each tuning draw); at the end, its averaged value."""
+        if final and not self._fixed_step:
+            self.step_size = math.exp(self._dual.log_step_avg)
+        self.inner_steps = self._n_steps()
+
+    def _watch_stability(self, diverging: bool, virial: float) -> None:
+        """Dual averaging counts a divergence as acceptance 0; no separate halving."""
+
+    def _measure_noise_at(self, z: np.ndarray) -> None:
+        """No gradient-noise measurement: the accept test removes the noise's effect."""
+
+    def _extra_stats(self) -> dict[str, Any]:
+        info, evaluation = self._info, self._evaluation
+        signed = self.estimator == "signed"
+        stats = {
+            "accept_prob": info.accept_prob if info else math.nan,
+            "accepted": bool(info.accepted) if info else False,
+            "subsample_accept": info.subsample_accept if info else math.nan,
+            "loglik_var": evaluation.loglik_var if evaluation else math.nan,
+            "sign": evaluation.sign if evaluation else 1,
+            "n_steps": self.inner_steps,
+            "energy_error": info.energy_error if info else math.nan,
+            "subsample_size": self.minibatch if signed else self.subsample_size,
+            "products": self.products if signed else 0,
+            "lower_bound": self.lower_bound if signed else math.nan,
+            "cv_order": self.taylor_order,
+        }
+        if not self.tune and info is not None:
+            self._signs.append(stats["sign"])
+            self._subsample_accepts.append(info.subsample_accept)
+            self._loglik_vars.append(stats["loglik_var"])
+        return stats
+
+    def _end_of_chain_check(self):
+        """The base's alarms, plus HMC-ECS's own: many negative signs (signed), a large mean
+        ``sigma_hat^2`` (perturbed: a larger perturbation), a subsample that rarely moves."""
+        if self._draw_index != self._chain_tune + self._chain_draws:
+            return None
+        problems = []
+        base = self.monitor.verdict(type(self).__name__, self.noise_bound)
+        if base is not None:
+            problems.append(base)
+        problems += self._own_problems()
+        if not problems:
+            return None
+        return self._raise_bias_warning(" ".join(problems))
+
+    def _own_problems(self) -> list[str]:
+        name, problems = type(self).__name__, []
+        signs = np.array(self._signs)
+        if signs.size and np.mean(signs < 0) > NEGATIVE_SIGN_ALARM:
+            problems.append(
+                f"{name}: {np.mean(signs < 0):.0%} of this chain's likelihood estimates are "
+                "negative: the sign-corrected estimates (pmb.sign_weights) lose "
+                f"{1 - np.mean(signs) ** 2:.0%} of their effective sample size and may be "
+                "unreliable. Raise products (lambda) or use better control variates."
+            )
+        loglik_var = np.array(self._loglik_vars)
+        loglik_var = loglik_var[np.isfinite(loglik_var)]
+        limit = LOGLIK_VAR_ALARM * self.loglik_var_target
+        if self.estimator == "perturbed" and loglik_var.size and np.mean(loglik_var) > limit:
+            problems.append(
+                f"{name}: the log-likelihood estimator's variance averaged "
+                f"{np.mean(loglik_var):.3g} (target {self.loglik_var_target:g}): the "
+                "perturbed posterior may be off. Raise subsample_size or tune longer."
+            )
+        accepts = np.array(self._subsample_accepts)
+        if accepts.size and np.mean(accepts) < SUBSAMPLE_ACCEPT_ALARM:
+            problems.append(
+                f"{name}: the subsample update accepted {np.mean(accepts):.0%} on average: "
+                "the pseudo-marginal chain is sticky. Raise subsample_size or blocks."
+            )
+        return problems
+
+
+def _check_count(name: str, value: int | None) -> int | None:
+    """None, or a positive integer (a clear error otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
