@@ -60,6 +60,8 @@ SAMPLERS = {
     "SBPS": pmb.SBPS,
     "pSBPS": pmb.pSBPS,
     "pSBPS-paper": partial(pmb.pSBPS, **pmb.pSBPS.PAPER_SETTINGS),
+    "HMCECS": pmb.HMCECS,
+    "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
 #: models on which every sampler of SAMPLERS runs by default
@@ -91,8 +93,8 @@ def unconstrained(idata, value_name: str) -> np.ndarray:
 def run_one(name: str, model, ref, sampler: str) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
-    if sampler == "pSBPS-paper":
-        kwargs = {}  # the paper's batch size is part of its settings
+    if sampler == "pSBPS-paper" or sampler.startswith("HMCECS"):
+        kwargs = {}  # the paper's batch size is part of its settings; HMC-ECS chooses its m
     start = time.perf_counter()
     step = SAMPLERS[sampler](model=model, **kwargs)
     setup = time.perf_counter() - start
@@ -108,10 +110,15 @@ def run_one(name: str, model, ref, sampler: str) -> dict:
             discard_tuned_samples=False,
         )
     errs, ratios, ess, laplace_errs, laplace_ratios = [], [], [], [], []
+    signs = idata.sample_stats["sign"].values if "sign" in idata.sample_stats else None
     for value in model.value_vars:
         name_v = value.name
         draws = unconstrained(idata, name_v)
         mean, sd = draws.mean((0, 1)), draws.std((0, 1))
+        if signs is not None:  # signed HMC-ECS: the sign-corrected moments (Eq. 5.3)
+            w = (signs / signs.sum())[:, :, None]
+            mean = (w * draws).sum((0, 1))
+            sd = np.sqrt(np.maximum((w * draws**2).sum((0, 1)) - mean**2, 0.0))
         ref_mean, ref_sd = ref[f"{name_v}__mean"], ref[f"{name_v}__sd"]
         errs.append(np.abs(mean - ref_mean) / ref_sd)
         ratios.append(sd / ref_sd)
@@ -153,6 +160,15 @@ def run_one(name: str, model, ref, sampler: str) -> dict:
             missed_share=float(stats["missed_bounces"].sum() / stats["bounces"].sum()),
             k=float(stats["k"].values[0, -1]),
         )
+    if "subsample_accept" in stats:
+        out.update(
+            accept=float(stats["accept_prob"].mean()),
+            subsample_accept=float(stats["subsample_accept"].mean()),
+            loglik_var=float(np.nanmean(stats["loglik_var"].values)),
+            subsample_size=int(stats["subsample_size"].values[0, -1]),
+            products=int(stats["products"].values[0, -1]),
+            negative_signs=float((stats["sign"].values < 0).mean()),
+        )
     if laplace_errs:
         le, lr = np.concatenate(laplace_errs), np.concatenate(laplace_ratios)
         out.update(
@@ -167,7 +183,8 @@ def table(rows: list[dict]) -> str:
     head = (
         "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | data passes "
         "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
-        "| SBPS: proposals / ESS, violations (k), missed bounces | alarm "
+        "| SBPS: proposals / ESS, violations (k), missed bounces; HMC-ECS: accept, α_u, "
+        "σ̂², m (λ), negative signs | alarm "
         "| Laplace max err / sd ratio |"
     )
     lines = [head, "|" + "---|" * 18]
@@ -184,6 +201,12 @@ def table(rows: list[dict]) -> str:
             if "proposals_per_ess" in r
             else ""
         )
+        if "subsample_accept" in r:
+            products = f" (λ {r['products']})" if r["products"] else ""
+            sbps = (
+                f"{r['accept']:.2f}, {r['subsample_accept']:.3f}, {r['loglik_var']:.2g}, "
+                f"{r['subsample_size']}{products}, {r['negative_signs']:.1%}"
+            )
         lines.append(
             f"| {r['model']} | {r['dim']} | {r['rows']:,} | {r['sampler']} | {r['max_err_sd']:.3f} "
             f"| [{r['sd_ratio_min']:.3f}, {r['sd_ratio_max']:.3f}] | {r['min_bulk_ess']:,.0f} "

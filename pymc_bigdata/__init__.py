@@ -10,6 +10,7 @@ from pymc_bigdata.errors import (
 from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import RowIndexSampler, RowSource
+from pymc_bigdata.signs import sign_corrected_summary, sign_weights
 from pymc_bigdata.step_methods import HMCECS, SBPS, SGHMC, SGLD, SubsamplingStep, pSBPS
 
 register()
@@ -32,4 +33,6 @@ __all__ = [
     "RowSource",
     "prefer",
     "register",
+    "sign_corrected_summary",
+    "sign_weights",
 ]
