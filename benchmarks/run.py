@@ -3,8 +3,9 @@
 One process, one data set per size: a logistic regression with ``d = 30`` correlated
 features, sampled by
 
-* ``pymc_bigdata.SGHMC`` and ``pymc_bigdata.SGLD`` with their defaults (``cores=1`` and
-  ``cores=2``),
+* ``pymc_bigdata.SGHMC``, ``SGLD``, ``SBPS`` and ``HMCECS`` (perturbed and signed) with their
+  defaults (``cores=1`` and ``cores=2``), and perturbed ``HMCECS`` at NumPyro's subsample
+  size and blocks (``m = 1000``, ``G = 100``: ``hmcecs_m1000``),
 * PyMC's own NUTS on the full data (``pm.sample(nuts_sampler="pymc")``),
 * optional peers, when importable: BlackJAX SGLD / SGHMC (control-variate gradients,
   step size picked on a grid) and NumPyro HMCECS.
@@ -37,6 +38,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,32 @@ class Config:
     out_stem: str
 
 
-ALL_METHODS = ("sghmc", "sgld", "sbps", "nuts", "blackjax", "hmcecs")
+ALL_METHODS = (
+    "sghmc",
+    "sgld",
+    "sbps",
+    "hmcecs",
+    "hmcecs_signed",
+    "hmcecs_m1000",
+    "nuts",
+    "blackjax",
+    "numpyro",
+)
+
+#: our step methods: (label, class, keyword arguments, seed offset)
+OURS = {
+    "sghmc": ("ours SGHMC", pmb.SGHMC, {}, 11),
+    "sgld": ("ours SGLD", pmb.SGLD, {}, 23),
+    "sbps": ("ours SBPS", pmb.SBPS, {}, 3),
+    "hmcecs": ("ours HMCECS perturbed", pmb.HMCECS, {}, 41),
+    "hmcecs_signed": ("ours HMCECS signed", pmb.HMCECS, {"estimator": "signed"}, 43),
+    "hmcecs_m1000": (
+        "ours HMCECS perturbed m=1000 G=100",
+        pmb.HMCECS,
+        {"subsample_size": BATCH_SIZE, "blocks": 100},
+        41,
+    ),
+}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
@@ -473,12 +500,11 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
     is timed by re-running it on the compiled layer, and compile = setup - MAP + warm-up.
     Wall = MAP + ``pm.sample``'s own sampling time (tuning included).
     """
-    cls = {"sghmc": pmb.SGHMC, "sgld": pmb.SGLD, "sbps": pmb.SBPS}[kind]
-    label = f"ours {kind.upper()}"
+    label, cls, kwargs, offset = OURS[kind]
     model = build_model(data)
-    seed = config.seed + {"sghmc": 11, "sgld": 23, "sbps": 3}[kind]
+    seed = config.seed + offset
     t0 = time.perf_counter()
-    step = cls(model=model)
+    step = cls(model=model, **kwargs)
     setup_s = time.perf_counter() - t0
     with counting_rows(step.layer) as rows_read:
         t0 = time.perf_counter()
@@ -541,6 +567,8 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
         res.notes = f"eps={step.step_size:.3g}, {step.inner_steps} steps/draw"
         if kind == "sbps":
             res.notes = _sbps_notes(idata, res, res.extra)
+        if kind.startswith("hmcecs"):
+            res.notes = _hmcecs_notes(idata, res, res.extra)
         res.notes += divergence_note(div_tune, div_draws)
         results.append(res)
     return results
@@ -557,6 +585,30 @@ def _sbps_notes(idata, res: MethodResult, extra: dict) -> str:
     return (
         f"travel={extra['step_size']:.3g}, {per_ess} per ESS (kept draws), "
         f"{violations} violations in {proposals:,.0f} proposals"
+    )
+
+
+def _hmcecs_notes(idata, res: MethodResult, extra: dict) -> str:
+    """Step size x leapfrog steps, subsample size (lambda), acceptances, mean sigma_hat^2, rows
+    per effective draw (kept draws) and negative signs."""
+    kept = idata.sample_stats
+    rows = float(kept["rows_touched"].sum())
+    products = int(kept["products"].values[0, -1])
+    extra.update(
+        kept_rows=rows,
+        subsample_size=int(kept["subsample_size"].values[0, -1]),
+        products=products,
+        accept=float(kept["accept_prob"].mean()),
+        subsample_accept=float(kept["subsample_accept"].mean()),
+        loglik_var=float(np.nanmean(kept["loglik_var"].values)),
+        negative_signs=float((kept["sign"].values < 0).mean()),
+    )
+    size = f"m={extra['subsample_size']}" + (f", λ={products}" if products else "")
+    return (
+        f"eps={extra['step_size']:.3g} x {extra['inner_steps']}, {size}, "
+        f"accept {extra['accept']:.2f}, α_u {extra['subsample_accept']:.3f}, "
+        f"σ̂² {extra['loglik_var']:.2g}, {rows / res.min_ess:,.0f} rows per ESS (kept draws)"
+        + (f", {extra['negative_signs']:.1%} negative signs" if products else "")
     )
 
 
@@ -741,9 +793,11 @@ def run_blackjax(data: Dataset, ref: Reference, config: Config) -> list[MethodRe
 def run_hmcecs(data: Dataset, ref: Reference, config: Config) -> list[MethodResult]:
     """NumPyro HMCECS (NUTS inner kernel, Taylor proxy at the MAP), if numpyro imports.
 
-    Wall includes JIT compilation (NumPyro compiles inside ``run``); compile is estimated by
-    a 5+5-draw run.  Passes ~ (leapfrog steps + one block update per iteration) x subsample
-    / N, with the tuning phase counted at the mean steps of the kept draws.
+    Compile is measured by a 5+5-draw warm-up call; wall is the full call after it (NumPyro
+    compiles inside ``run``; part of that compile may be cached from the warm-up call), and
+    the notes give ESS per second over wall + compile as well.  Passes ~ (leapfrog steps +
+    one block update per iteration) x subsample / N, with the tuning phase counted at the
+    mean steps of the kept draws.
     """
     name = "NumPyro HMCECS"
     try:
@@ -803,7 +857,12 @@ def run_hmcecs(data: Dataset, ref: Reference, config: Config) -> list[MethodResu
     res.passes = (float(steps.mean()) + 1.0) * iterations * BATCH_SIZE / n_rows
     res.setup_passes = 1.0
     score_draws(res, samples, ref)
-    res.notes = f"wall incl. JIT; passes approximate; {steps.mean():.0f} steps/draw"
+    with_compile = res.min_ess / (res.wall_s + res.compile_s) if res.min_ess else math.nan
+    res.extra = {"ess_per_s_with_compile": with_compile, "mean_steps": float(steps.mean())}
+    res.notes = (
+        f"{with_compile:.1f} ESS/s counting the warm-up call's compile as well; passes "
+        f"approximate; {steps.mean():.0f} steps/draw; m={BATCH_SIZE}, G=100"
+    )
     return [res]
 
 
@@ -975,12 +1034,10 @@ def run_size(n_rows: int, config: Config) -> tuple[Reference, list[MethodResult]
     ref = load_or_compute_reference(data, build_model(data), config.is_samples, config.is_df)
     print("  " + format_reference(n_rows, ref), flush=True)
     runners: dict[str, Callable[[Dataset, Reference, Config], list[MethodResult]]] = {
-        "sghmc": lambda d, r, c: run_ours("sghmc", d, r, c),
-        "sgld": lambda d, r, c: run_ours("sgld", d, r, c),
-        "sbps": lambda d, r, c: run_ours("sbps", d, r, c),
+        **{kind: partial(run_ours, kind) for kind in OURS},
         "nuts": run_nuts,
         "blackjax": run_blackjax,
-        "hmcecs": run_hmcecs,
+        "numpyro": run_hmcecs,
     }
     results: list[MethodResult] = []
     for name in config.methods:

@@ -1,0 +1,210 @@
+"""HMC-ECS as a PyMC step method: settings, statistics, divergences, signs, reproducibility.
+
+The posterior checks of both estimators against analytic and exact references are in
+``test_statistical.py`` (conjugate normal, linear regression, logistic regression on 100,000
+rows, 30 coefficients) and, on targets where the Laplace fit is wrong, ``test_hard_targets.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+from conftest import sample_two_chains
+
+import pymc_bigdata as pmb
+
+
+class _MapSearchRan(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def logistic(small_logistic):
+    return small_logistic
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"estimator": "exact"}, ValueError, r"estimator must be 'perturbed' or 'signed'"),
+        ({"blocks": 0}, ValueError, r"blocks must be a positive integer, got 0"),
+        ({"subsample_size": 50, "blocks": 60}, ValueError, r"blocks \(G = 60\) must be at most"),
+        ({"products": 0, "lower_bound": 1.0}, ValueError, r"products must be a positive integer"),
+        ({"products": 3}, ValueError, r"Give both products and lower_bound"),
+        ({"lower_bound": float("nan"), "products": 2}, ValueError, r"lower_bound must be a finite"),
+        (
+            {"products": 2, "lower_bound": 0.0, "refreshed_products": 3},
+            ValueError,
+            r"refreshed_products \(3\) must be at most products \(2\)",
+        ),
+        ({"taylor_order": 3}, ValueError, r"taylor_order must be 0, 1 or 2, got 3"),
+        ({"subsample_size": 10**7}, ValueError, r"batch_size must be"),
+        ({"estimator": "signed", "minibatch": 10**7}, ValueError, r"batch_size must be"),
+        ({"target_accept": 1.0}, ValueError, r"target_accept must be in \(0, 1\)"),
+        ({"trajectory_length": -1.0}, ValueError, r"trajectory_length must be a positive"),
+        ({"loglik_var_target": 0}, ValueError, r"loglik_var_target must be a positive"),
+        ({"step_size": float("inf")}, ValueError, r"step_size must be a positive finite"),
+        ({"batch_size": 100}, TypeError, r"HMCECS has no 'batch_size'"),
+        ({"control_variates": False}, ValueError, r"HMCECS needs control variates"),
+    ],
+)
+def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, error, match):
+    """Every out-of-range setting raises, naming the argument, before the MAP search."""
+    model, _ = logistic
+    layer = pmb.MinibatchModel(model)
+
+    def no_map_search(*args, **kw):
+        raise _MapSearchRan("the MAP search ran before the settings were validated")
+
+    layer.find_map = no_map_search
+    layer.map_estimate = no_map_search
+    with pytest.raises(error, match=match):
+        pmb.HMCECS(model=model, layer=layer, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def perturbed_run(logistic):
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer)
+    return step, sample_two_chains(model, step, seed=11, draws=300, tune=300)
+
+
+def test_stats_are_declared_and_sensible(perturbed_run):
+    step, idata = perturbed_run
+    stats = idata.sample_stats
+    for name, (dtype, _) in step.stats_dtypes_shapes.items():
+        if name in ("warning", "tune"):  # PyMC keeps these out of sample_stats
+            continue
+        assert name in stats, name
+        assert np.dtype(stats[name].dtype).kind == np.dtype(dtype).kind, name
+    assert 0.5 < float(stats["accept_prob"].mean()) <= 1.0
+    assert float(stats["subsample_accept"].mean()) > 0.9
+    assert np.all(stats["sign"].values == 1)  # perturbed: L_hat > 0
+    n_steps = stats["n_steps"].values
+    m = stats["subsample_size"].values
+    # one subsample proposal plus the leapfrog steps, m rows each
+    assert np.all(stats["rows_touched"].values == m * (n_steps + 1))
+    assert float(stats["loglik_var"].mean()) < 1.0
+    assert int(stats["cv_order"].values[0, -1]) == 2
+    # eps L = 1.2 (the paper's trajectory length), within one step
+    eps = stats["step_size"].values
+    assert np.all(eps * n_steps >= 1.2 - 1e-9) and np.all(eps * (n_steps - 1) < 1.2)
+
+
+def test_same_seed_same_draws(logistic, perturbed_run):
+    model, layer = logistic
+    _, first = perturbed_run
+    again = sample_two_chains(
+        model, pmb.HMCECS(model=model, layer=layer), seed=11, draws=300, tune=300
+    )
+    np.testing.assert_array_equal(first.posterior["beta"].values, again.posterior["beta"].values)
+
+
+def test_signed_same_seed_same_draws_and_summary(logistic):
+    model, layer = logistic
+    runs = [
+        sample_two_chains(
+            model,
+            pmb.HMCECS(model=model, layer=layer, estimator="signed"),
+            seed=12,
+            draws=200,
+            tune=200,
+        )
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(
+        runs[0].posterior["beta"].values, runs[1].posterior["beta"].values
+    )
+    summary = pmb.sign_corrected_summary(runs[0])
+    signs = runs[0].sample_stats["sign"].values
+    assert set(np.unique(signs)) <= {-1, 1}
+    assert list(summary.index) == ["beta[0]", "beta[1]", "beta[2]"]
+    weights = pmb.sign_weights(runs[0])
+    assert float(weights.sum()) == pytest.approx(1.0)
+    if np.all(signs == 1):
+        plain = runs[0].posterior["beta"].mean(("chain", "draw")).values
+        np.testing.assert_allclose(summary["mean"].values, plain)
+
+
+def test_sign_correction_on_known_signs():
+    """Eq. (5.3) by hand: draws 1, 2, 3, 4 with signs +, +, -, +: (1 + 2 - 3 + 4) / 2."""
+    idata = az.from_dict(
+        {
+            "posterior": {"x": np.array([[1.0, 2.0, 3.0, 4.0]])},
+            "sample_stats": {"sign": np.array([[1, 1, -1, 1]])},
+        }
+    )
+    summary = pmb.sign_corrected_summary(idata)
+    assert summary.loc["x", "mean"] == pytest.approx(2.0)
+    second = (1 + 4 - 9 + 16) / 2
+    assert summary.loc["x", "sd"] == pytest.approx(np.sqrt(second - 4.0))
+    assert summary.loc["x", "negative_fraction"] == pytest.approx(0.25)
+    assert summary.loc["x", "ess_factor"] == pytest.approx(0.25)
+    assert isinstance(summary, pd.DataFrame)
+    bad = az.from_dict(
+        {"posterior": {"x": np.ones((1, 2))}, "sample_stats": {"sign": np.array([[1, -1]])}}
+    )
+    with pytest.raises(ValueError, match="signs sum to 0"):
+        pmb.sign_weights(bad)
+    with pytest.raises(ValueError, match="not sampled by pmb.HMCECS"):
+        pmb.sign_weights(az.from_dict({"posterior": {"x": np.ones((1, 2))}}))
+
+
+def test_blow_up_is_a_divergence_with_a_warning_not_a_nan_draw(logistic):
+    """A step size far beyond stability: non-finite or exploding energies are rejected and
+    recorded as diverging, with a DivergenceWarning; every draw stays finite."""
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer, step_size=60.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = sample_two_chains(model, step, seed=13, draws=50, tune=20)
+    assert np.all(np.isfinite(idata.posterior["beta"].values))
+    assert int(idata.sample_stats["diverging"].values.sum()) > 10
+    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+
+
+def test_fixed_subsample_size_and_blocks_are_kept(logistic):
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer, subsample_size=200, blocks=20, taylor_order=1)
+    idata = sample_two_chains(model, step, seed=14, draws=50, tune=50)
+    assert np.all(idata.sample_stats["subsample_size"].values == 200)
+    assert np.all(idata.sample_stats["cv_order"].values == 1)
+    assert step.blocks == 20
+
+
+def test_signed_stats(logistic):
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer, estimator="signed", products=4, lower_bound=-4.0)
+    idata = sample_two_chains(model, step, seed=15, draws=50, tune=50)
+    stats = idata.sample_stats
+    assert np.all(stats["products"].values == 4)
+    assert np.all(stats["lower_bound"].values == -4.0)
+    assert np.all(stats["subsample_size"].values == 30)
+    # rows per estimate are random (Poisson counts of 30-row minibatches)
+    assert np.all(stats["rows_touched"].values % 30 == 0)
+    assert len(np.unique(stats["rows_touched"].values)) > 1
+
+
+def test_many_negative_signs_raise_a_warning():
+    """A lower bound ``a = +lambda`` where the minibatch estimates are near 0 (second-order
+    control variates) makes every factor about -1: the sign is ``(-1)^(sum X_l)``, negative
+    with probability ``(1 - exp(-2 lambda)) / 2 ~ 0.5``, and the end-of-chain check says the
+    sign-corrected estimates are unreliable."""
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((2_000, 2))
+    y = rng.binomial(1, 0.5, size=2_000)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(x, b), observed=y)
+    step = pmb.HMCECS(model=model, estimator="signed", products=6, lower_bound=6.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = sample_two_chains(model, step, seed=17, draws=200, tune=50)
+    assert 0.3 < float((idata.sample_stats["sign"].values < 0).mean()) < 0.7
+    messages = [str(w.message) for w in caught if issubclass(w.category, pmb.BiasWarning)]
+    assert any("negative" in m for m in messages)
