@@ -196,9 +196,19 @@ class HMCECS(SubsamplingStep):
         self._given_order = taylor_order
         self._given_size = _check_count("subsample_size", subsample_size)
         self._given_minibatch = _check_count("minibatch", minibatch)
-        if estimator == "signed" and subsample_size is not None:
+        if estimator == "signed" and (subsample_size is not None or blocks is not None):
             raise ValueError(
-                "The signed estimator's rows per estimate are minibatch (m), not subsample_size."
+                "subsample_size and blocks belong to the perturbed estimator; the signed one's "
+                "are minibatch, products, lower_bound and refreshed_products."
+            )
+        signed_only = {"minibatch": minibatch, "products": products, "lower_bound": lower_bound}
+        given = [k for k, v in signed_only.items() if v is not None]
+        if refreshed_products != 1:
+            given.append("refreshed_products")
+        if estimator == "perturbed" and given:
+            raise ValueError(
+                f"{', '.join(given)} belong to the signed estimator (estimator='signed'); the "
+                "perturbed one's are subsample_size and blocks."
             )
         cv = {None: True, 0: "first", 1: "first", 2: "second"}[taylor_order]
         kwargs.setdefault("control_variates", cv)
@@ -206,7 +216,7 @@ class HMCECS(SubsamplingStep):
             raise ValueError("HMCECS needs control variates (taylor_order 0, 1 or 2).")
         super().__init__(
             vars,
-            batch_size=self._initial_rows_arg(kwargs.get("model")),
+            batch_size=None,  # the base's minibatches are not used; m is checked below
             step_size=step_size,
             census=False,
             replace=True,
@@ -220,14 +230,15 @@ class HMCECS(SubsamplingStep):
         self._reset_chain_state()
 
     # ------------------------------------------------------------------ set-up
-    def _initial_rows_arg(self, model) -> int | None:
-        """The base's ``batch_size`` (checked against N before the MAP search): ``m``."""
-        if self.estimator == "signed":
-            return self._given_minibatch
-        return self._given_size
-
     def _check_layer_settings(self) -> None:
+        """The settings that need N or d, before the full-data MAP search."""
         n_rows = self.layer.n_rows
+        for name, value in (
+            ("subsample_size", self._given_size),
+            ("minibatch", self._given_minibatch),
+        ):
+            if value is not None and value > n_rows:
+                raise ValueError(f"{name} ({value}) must be at most the N = {n_rows} rows.")
         size = self._given_size if self._given_size is not None else min(1000, n_rows)
         if self._given_blocks is not None and self._given_blocks > size:
             raise ValueError(
@@ -239,8 +250,6 @@ class HMCECS(SubsamplingStep):
                 "taylor_order=2 needs the full-data Hessian B, not computed for d = "
                 f"{self.layer.dim} > 2000 parameters; use taylor_order=1."
             )
-        if self._given_minibatch is not None and self._given_minibatch > n_rows:
-            raise ValueError(f"minibatch ({self._given_minibatch}) exceeds the N = {n_rows} rows.")
         self.min_subsample = min(n_rows, max(MIN_SUBSAMPLE, self._given_blocks or 0))
 
     def _has_curvature(self) -> bool:
