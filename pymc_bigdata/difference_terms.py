@@ -25,6 +25,10 @@ the gradient in ``theta`` of ``log prior + F(d)`` for the estimator's own ``F``:
 * ``block_poisson``: the rows in consecutive minibatches of ``m``, ``D_g = w sum_{i in g}
   d_i`` and ``F = sum_g log |D_g - a|``: the random part of ``log |L_hat|`` of (5.1).
 
+Census rows (the base's stratum of rows that would dominate the estimator's variance, e.g.
+the few rows of a rare feature) come first and enter exactly, ``+ sum_census d_k`` with
+weight 1; the others are subsampled from the pool of ``P = N - C`` rows, ``w = P/m``.
+
 The deterministic part, ``sum_k q_k(theta) = l(theta*) + A . delta + 1/2 delta' B delta``
 (``A``, ``B``: full-data sums at the anchor), is added by :func:`control_variate_sum`.
 """
@@ -103,24 +107,29 @@ class DifferenceTerms:
         if kind == "residuals":
             return layer._compile(self._inputs(), d)
         prior = layer.prior_graph
+        census = pt.scalar("n_census", dtype="int64")
+        sampled = d[census:]
         if kind == "perturbed":
             w = pt.scalar("w", dtype="float64")
             v = pt.scalar("v", dtype="float64")
-            coefficient = w - v * (d - d.mean())
+            coefficient = w - v * (sampled - sampled.mean())
             extra = [w, v]
         elif kind == "block_poisson":
             w = pt.scalar("w", dtype="float64")
             m = pt.scalar("m", dtype="int64")
             a = pt.scalar("a", dtype="float64")
-            groups = d.reshape((-1, m))
+            groups = sampled.reshape((-1, m))
             totals = w * groups.sum(axis=1)
             coefficient = (w / (totals - a))[:, None] * pt.ones_like(groups)
             coefficient = coefficient.reshape((-1,))
             extra = [w, m, a]
         else:  # pragma: no cover - internal
             raise ValueError(kind)
+        # census rows (always included) enter exactly: weight 1, no variance term
+        coefficient = pt.concatenate([pt.ones_like(d[:census]), coefficient])
         objective = prior + (zero_grad(coefficient) * d).sum()
-        return layer._compile([*self._inputs(), *extra], [prior, d, grad(objective, layer.theta)])
+        inputs = [*self._inputs(), census, *extra]
+        return layer._compile(inputs, [prior, d, grad(objective, layer.theta)])
 
     # ------------------------------------------------------------------ calls
     @staticmethod
@@ -139,15 +148,24 @@ class DifferenceTerms:
         return self._compiled("residuals", order)(theta, star, point, *rows)
 
     def perturbed(
-        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor, order: int
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        n_census: int = 0,
+        pool: int | None = None,
     ) -> tuple[float, np.ndarray, np.ndarray]:
-        """Log prior, residuals ``d`` and ``grad [log prior + (N/m) sum d - sigma_hat^2 / 2]``
-        for ``m = len(rows)`` rows drawn uniformly with replacement (Eqs. 4.2, 4.3, 4.7)."""
+        """Log prior, residuals ``d`` and ``grad [log prior + sum_census d + (P/m) sum d -
+        sigma_hat^2 / 2]`` for ``rows``: ``n_census`` census rows first (always included,
+        weight 1), then ``m`` rows drawn uniformly with replacement from the ``pool`` of ``P``
+        other rows (default all ``N``) (Eqs. 4.2, 4.3, 4.7)."""
         star, point = self._points(anchor, order)
-        m = len(rows[0])
-        w = self.layer.n_rows / m
+        m = len(rows[0]) - n_census
+        w = (self.layer.n_rows if pool is None else pool) / m
         fn = self._compiled("perturbed", order)
-        prior, d, g = fn(theta, star, point, *rows, _scalar(w), _scalar(w * w))
+        census = np.asarray(n_census, dtype=np.int64)
+        prior, d, g = fn(theta, star, point, *rows, census, _scalar(w), _scalar(w * w))
         return float(prior), d, g
 
     def block_poisson(
@@ -158,17 +176,21 @@ class DifferenceTerms:
         order: int,
         minibatch: int,
         lower_bound: float,
+        n_census: int = 0,
+        pool: int | None = None,
     ) -> tuple[float, np.ndarray, np.ndarray]:
-        """Log prior, residuals ``d`` and ``grad [log prior + sum_g log |D_g - a|]`` for rows
-        in consecutive minibatches of ``minibatch`` rows (Eq. 5.1's random part)."""
+        """Log prior, residuals ``d`` and ``grad [log prior + sum_census d + sum_g log |D_g -
+        a|]``: ``n_census`` census rows first, then consecutive minibatches of ``minibatch``
+        rows from the pool (Eq. 5.1's random part; ``D_g = (P/m) sum_g d``)."""
         star, point = self._points(anchor, order)
-        w = self.layer.n_rows / minibatch
+        w = (self.layer.n_rows if pool is None else pool) / minibatch
         fn = self._compiled("block_poisson", order)
         prior, d, g = fn(
             theta,
             star,
             point,
             *rows,
+            np.asarray(n_census, dtype=np.int64),
             _scalar(w),
             np.asarray(minibatch, dtype=np.int64),
             _scalar(lower_bound),

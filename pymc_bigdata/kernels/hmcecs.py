@@ -56,14 +56,17 @@ MAX_ENERGY_ERROR = 1000.0
 
 
 # ---------------------------------------------------------------------- estimators
-def perturbed_loglik(cv_sum: float, residuals: np.ndarray, n_rows: int) -> tuple[float, float]:
-    """Eqs. (4.1)-(4.5): ``(l_hat - sigma_hat^2 / 2, sigma_hat^2)`` from ``sum_k q_k`` and the
-    residuals of ``m`` rows drawn uniformly with replacement."""
+def perturbed_loglik(
+    cv_sum: float, residuals: np.ndarray, pool: int, census: float = 0.0
+) -> tuple[float, float]:
+    """Eqs. (4.1)-(4.5): ``(l_hat - sigma_hat^2 / 2, sigma_hat^2)`` from ``sum_k q_k``, the
+    residuals of ``m`` rows drawn uniformly with replacement from a pool of ``pool`` rows, and
+    the summed residuals ``census`` of the rows outside the pool (counted exactly)."""
     m = len(residuals)
-    scale = n_rows / m
+    scale = pool / m
     mean = float(residuals.mean())
     sigma2 = scale * scale * float(np.sum((residuals - mean) ** 2))  # (4.3)
-    loglik = cv_sum + scale * float(residuals.sum())  # (4.1)-(4.2)
+    loglik = cv_sum + census + scale * float(residuals.sum())  # (4.1)-(4.2)
     return loglik - 0.5 * sigma2, sigma2  # (4.5)
 
 

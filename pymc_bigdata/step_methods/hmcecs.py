@@ -115,6 +115,10 @@ class HMCECS(SubsamplingStep):
         Signed: largest ``1 - E[sign]`` the automatic ``lambda`` allows (default 0.02).
     step_size
         Leapfrog step in the preconditioned coordinates; default: dual averaging in tuning.
+    census
+        Include the base's census stratum (rows that would dominate the estimator's variance,
+        e.g. the rows of a rare feature; at most ``min(1000, N) // 2`` rows) in every estimate
+        exactly, and subsample the other rows (default True).
     **kwargs
         The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
         ``preconditioner``, ``adapt``, ``layer``, ``rng``...
@@ -156,11 +160,12 @@ class HMCECS(SubsamplingStep):
         loglik_var_target: float = 1.0,
         sign_tolerance: float = 0.02,
         step_size: float | None = None,
+        census: bool = True,
         **kwargs,
     ):
         if estimator not in ("perturbed", "signed"):
             raise ValueError(f"estimator must be 'perturbed' or 'signed', got {estimator!r}.")
-        for key in ("batch_size", "inner_steps", "census", "replace", "reshuffle"):
+        for key in ("batch_size", "inner_steps", "replace", "reshuffle"):
             if key in kwargs:
                 raise TypeError(
                     f"HMCECS has no {key!r}: it draws its subsample uniformly with replacement "
@@ -218,7 +223,7 @@ class HMCECS(SubsamplingStep):
             vars,
             batch_size=None,  # the base's minibatches are not used; m is checked below
             step_size=step_size,
-            census=False,
+            census=census,
             replace=True,
             **kwargs,
         )
@@ -226,6 +231,10 @@ class HMCECS(SubsamplingStep):
             taylor_order if taylor_order is not None else (2 if self._has_curvature() else 1)
         )
         self.cv_order = self.taylor_order
+        #: the rows subsampled (all but the census stratum, which every estimate includes)
+        self._pool_rows = (
+            np.setdiff1d(np.arange(self.layer.n_rows), self.census) if len(self.census) else None
+        )
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, 1)
         self._reset_chain_state()
 
@@ -298,11 +307,13 @@ class HMCECS(SubsamplingStep):
         return max(1, min(MAX_LEAPFROG, math.ceil(self.trajectory_length / self.step_size - 1e-9)))
 
     # ------------------------------------------------------------------ the two callbacks
-    def _take(self, indices: np.ndarray) -> list[np.ndarray]:
-        return self.layer.take_rows(indices)
+    def _take(self, positions: np.ndarray) -> list[np.ndarray]:
+        """Rows at ``positions`` of the pool (the rows outside the census stratum)."""
+        pool = getattr(self, "_pool_rows", None)
+        return self.layer.take_rows(positions if pool is None else pool[positions])
 
     def _fresh_subsample(self) -> Subsample:
-        n_rows = self.layer.n_rows
+        n_rows = self._pool_size()
         if self.estimator == "perturbed":
             return draw_block_subsample(
                 n_rows, self.subsample_size, self.blocks, self._take, self.rng
@@ -311,9 +322,9 @@ class HMCECS(SubsamplingStep):
 
     def _propose(self, u: Subsample, rng: np.random.Generator) -> Subsample:
         if self.estimator == "perturbed":
-            return propose_block(u, self.layer.n_rows, self._take, rng)
+            return propose_block(u, self._pool_size(), self._take, rng)
         return propose_products(
-            u, self.layer.n_rows, min(self.refreshed_products, self.products), self._take, rng
+            u, self._pool_size(), min(self.refreshed_products, self.products), self._take, rng
         )
 
     def _evaluate(self, z: np.ndarray, u: Subsample) -> Evaluation:
@@ -321,28 +332,36 @@ class HMCECS(SubsamplingStep):
         with ``grad sigma_hat^2``, or 5.1), ``sigma_hat^2`` and the sign."""
         theta = self.precond.theta(z)
         terms, order = self.layer.difference_terms, self.taylor_order
-        self._rows_touched += len(u.indices)
+        rows, n_census, pool = self._with_census(list(u.rows)), len(self.census), self._pool_size()
+        self._rows_touched += n_census + len(u.indices)
         try:
             if self.estimator == "perturbed":
-                prior, d, g = terms.perturbed(theta, list(u.rows), self.anchor, order)
+                prior, d, g = terms.perturbed(theta, rows, self.anchor, order, n_census, pool)
             else:
                 prior, d, g = terms.block_poisson(
-                    theta, list(u.rows), self.anchor, order, self.minibatch, self.lower_bound
+                    theta,
+                    rows,
+                    self.anchor,
+                    order,
+                    self.minibatch,
+                    self.lower_bound,
+                    n_census,
+                    pool,
                 )
         except ParameterValueError:
             return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
         cv_sum, cv_grad = control_variate_sum(theta, self.anchor, order)
-        n_rows = self.layer.n_rows
+        census, sampled = float(d[:n_census].sum()), d[n_census:]
         if self.estimator == "perturbed":
-            loglik, loglik_var = perturbed_loglik(cv_sum, d, n_rows)
+            loglik, loglik_var = perturbed_loglik(cv_sum, sampled, pool, census)
             sign = 1
         else:
             loglik, sign = block_poisson_log_abs(
-                cv_sum, d, n_rows, self.minibatch, self.products, self.lower_bound
+                cv_sum + census, sampled, pool, self.minibatch, self.products, self.lower_bound
             )
-            loglik_var = self._minibatch_variance(d)
+            loglik_var = self._minibatch_variance(sampled)
         grad_z = self.precond.grad_z(g + cv_grad)
-        level = n_rows * float(d.mean()) if len(d) else 0.0
+        level = pool * float(sampled.mean()) if len(sampled) else 0.0
         return Evaluation(prior + loglik, grad_z, loglik_var, sign, level)
 
     def _minibatch_variance(self, d: np.ndarray) -> float:
@@ -350,8 +369,8 @@ class HMCECS(SubsamplingStep):
         variance of one minibatch estimate, from the residuals' spread."""
         if len(d) < 2:
             return math.nan
-        n_rows, m = self.layer.n_rows, self.minibatch
-        return n_rows * n_rows * float(np.var(d, ddof=1)) / m / self.products
+        pool, m = self._pool_size(), self.minibatch
+        return pool * pool * float(np.var(d, ddof=1)) / m / self.products
 
     # ------------------------------------------------------------------ one draw
     def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -410,13 +429,13 @@ class HMCECS(SubsamplingStep):
             return
         if self.estimator == "signed" and self._given_products is not None:
             return
-        n_rows = self.layer.n_rows
+        n_rows = self._pool_size()
         rows_n = min(1000, n_rows)
         indices = self.rng.integers(n_rows, size=rows_n)
         theta = self.precond.theta(z0)
         try:
             _, d, _ = self.layer.difference_terms.perturbed(
-                theta, self._take(indices), self.anchor, self.taylor_order
+                theta, self._take(indices), self.anchor, self.taylor_order, 0, n_rows
             )
         except ParameterValueError:
             return
@@ -442,7 +461,7 @@ class HMCECS(SubsamplingStep):
         if self._given_size is not None or not self._unit_vars:
             return
         wanted = float(np.quantile(self._unit_vars, SIZE_QUANTILE)) / self.loglik_var_target
-        size = int(min(self.layer.n_rows, max(self.min_subsample, math.ceil(wanted))))
+        size = int(min(self._pool_size(), max(self.min_subsample, math.ceil(wanted))))
         if size != self.subsample_size:
             self.subsample_size = size
             self._subsample = self._evaluation = None
