@@ -93,7 +93,11 @@ def block_poisson_log_abs(
 
 
 def block_poisson_settings(
-    mean: float, sd: float, variance_target: float, sign_tolerance: float
+    mean: float,
+    sd: float,
+    variance_target: float,
+    sign_tolerance: float,
+    max_products: int | None = None,
 ) -> tuple[int, float]:
     """``(lambda, a)`` for the block-Poisson estimator from the mean and sd of one minibatch
     estimate ``d_hat`` (measured in tuning, across draws).
@@ -105,12 +109,18 @@ def block_poisson_settings(
     negative factors is even with probability ``(1 + exp(-2 lambda p)) / 2``).  The rule takes
     the smallest ``lambda`` with ``sigma^2 / lambda <= variance_target`` and ``1 - exp(-2 lambda
     p) <= sign_tolerance``: the cost ``lambda m`` grows with ``lambda`` while the inefficiency
-    ``IF / (2 tau - 1)^2`` of (5.4) stays within a few percent of its floor.
+    ``IF / (2 tau - 1)^2`` of (5.4) stays within a few percent of its floor.  ``lambda`` is at
+    most ``max_products`` (e.g. one pass over the data per estimate).
     """
     sigma = max(float(sd), 1e-12)
+    cap = max_products if max_products is not None else math.inf
+    if not math.isfinite(sigma) or sigma * sigma / variance_target >= cap:
+        lam = int(cap) if math.isfinite(cap) else 1
+        return lam, float(mean) - lam
     lam = max(1, math.ceil(sigma * sigma / variance_target))
-    while 1.0 - math.exp(-2.0 * lam * float(ndtr(-lam / sigma))) > sign_tolerance:
-        lam += 1
+    while lam < cap and 1.0 - math.exp(-2.0 * lam * float(ndtr(-lam / sigma))) > sign_tolerance:
+        lam += max(1, lam // 20)
+    lam = int(min(lam, cap))
     return lam, float(mean) - lam
 
 

@@ -479,6 +479,7 @@ class HMCECS(SubsamplingStep):
             math.sqrt(variance),
             self.loglik_var_target,
             self.sign_tolerance,
+            max_products=max(1, math.ceil(self._pool_size() / self.minibatch)),
         )
         if lam != self.products or a != self.lower_bound:
             self.products, self.lower_bound = lam, a

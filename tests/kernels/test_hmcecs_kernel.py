@@ -103,6 +103,9 @@ def test_block_poisson_settings_rule():
     assert 1 - math.exp(-2 * lam * ndtr(-lam / 3.0)) <= 0.02
     lam_small, _ = block_poisson_settings(0.0, 1e-9, 1.0, 0.02)
     assert lam_small == 1
+    # a variance no lambda within the cap can meet: the cap (one data pass per estimate)
+    lam_cap, a_cap = block_poisson_settings(5.0, 1e6, 1.0, 0.02, max_products=600)
+    assert lam_cap == 600 and a_cap == 5.0 - 600
 
 
 def _take(data):
