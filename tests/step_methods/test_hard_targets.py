@@ -326,8 +326,13 @@ def test_hmcecs_skewed_targets_against_nuts(estimator, name):
     small (checked below)."""
     builder, _ = HARD[name]
     model = builder()
+    # the perturbed estimator's bias knob is sigma_hat^2 (via m): at 12,000 draws the MCSE
+    # bands resolve its perturbation (defaults: a data-poor group of the centred model 0.064 sd
+    # off, 4.6 MCSE; within the bars, see docs/hmcecs.md), so this check of the algorithm
+    # turns the knob down tenfold; the defaults are judged by the bars in the benchmarks
+    knob = {"loglik_var_target": 0.1} if estimator == "perturbed" else {}
     idata = sample_two_chains(
-        model, pmb.HMCECS(model=model, estimator=estimator), seed=13, draws=6000
+        model, pmb.HMCECS(model=model, estimator=estimator, **knob), seed=13, draws=6000
     )
     stats = idata.sample_stats
     assert float(stats["subsample_accept"].mean()) > 0.8
