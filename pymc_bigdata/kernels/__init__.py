@@ -5,10 +5,15 @@ and take a gradient callback ``grad_log_density(z) -> ndarray`` that returns a (
 estimate of the gradient of the log posterior at ``z``.
 """
 
+from pymc_bigdata.kernels.ewsg import EWSGInfo, EWSGState, ewsg_steps, index_chain
 from pymc_bigdata.kernels.sghmc import SGHMCInfo, SGHMCState, baoab_steps, sghmc_steps
 from pymc_bigdata.kernels.sgld import SGLDInfo, sgld_steps
 
 __all__ = [
+    "EWSGInfo",
+    "EWSGState",
+    "ewsg_steps",
+    "index_chain",
     "SGHMCInfo",
     "SGHMCState",
     "SGLDInfo",

@@ -226,7 +226,7 @@ class SubsamplingStep(ArrayStepShared):
         n_rows = self.layer.n_rows
         self._fixed_batch = batch_size is not None
         if batch_size is None:
-            batch_size = min(1000, n_rows)
+            batch_size = self.default_batch_size(n_rows)
         check_batch_size(batch_size, n_rows)
         self.batch_size = int(batch_size)
         self._default_batch = self.batch_size
@@ -361,6 +361,10 @@ class SubsamplingStep(ArrayStepShared):
         return anchor, np.maximum(diag, floor)
 
     # ------------------------------------------------------------------ defaults and checks
+    def default_batch_size(self, n_rows: int) -> int:
+        """Rows per minibatch when ``batch_size`` is not given: ``min(1000, N)``."""
+        return min(1000, n_rows)
+
     def default_step(self) -> float:
         """Default step size from the curvature in z (see the sampler's docs)."""
         return self.default_step_size / self.precond.curvature_range[1]
@@ -731,10 +735,15 @@ class SubsamplingStep(ArrayStepShared):
                 stacklevel=2,
             )
 
+    #: what the end-of-chain alarm says an off-target chain's draws likely are
+    off_target_consequence: ClassVar[str] = "Its draws are likely too dispersed."
+
     def _end_of_chain_check(self) -> SamplerWarning | None:
         if self._draw_index != self._chain_tune + self._chain_draws:
             return None
-        message = self.monitor.verdict(type(self).__name__, self.noise_bound)
+        message = self.monitor.verdict(
+            type(self).__name__, self.noise_bound, self.off_target_consequence
+        )
         if message is None:
             return None
         return self._raise_bias_warning(message)

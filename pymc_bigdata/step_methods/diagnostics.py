@@ -62,7 +62,12 @@ class ChainMonitor:
         self.noise_share.append(noise_share)
         self.kinetic.append(kinetic_temperature)
 
-    def verdict(self, sampler: str, noise_bound: float) -> str | None:
+    def verdict(
+        self,
+        sampler: str,
+        noise_bound: float,
+        consequence: str = "Its draws are likely too dispersed.",
+    ) -> str | None:
         """A warning message when the chain looks off target, else None."""
         problems = []
         for label, values in (("virial", self.virial), ("kinetic temperature", self.kinetic)):
@@ -81,7 +86,7 @@ class ChainMonitor:
         return (
             f"{sampler}: this chain's own statistics show it off its target: "
             + "; ".join(problems)
-            + ". Its draws are likely too dispersed. Raise batch_size, lower step_size, "
+            + f". {consequence} Raise batch_size, lower step_size, "
             "use more tuning draws, or check the model (see the sampler statistics "
             "'virial', 'noise_share' and 'kinetic_energy')."
         )
