@@ -2,8 +2,9 @@
 
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
-defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (on the SBPS paper's logistic
-regression also ``pmb.pSBPS()`` and the paper's own pSBPS, ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
+defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (``--samplers`` picks others:
+``HMCECS``, ``HMCECS-signed``, ``EWSG``; on the SBPS paper's logistic regression every
+sampler runs, with ``pmb.pSBPS()`` and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
 ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,
@@ -62,6 +63,7 @@ SAMPLERS = {
     "pSBPS-paper": partial(pmb.pSBPS, **pmb.pSBPS.PAPER_SETTINGS),
     "HMCECS": pmb.HMCECS,
     "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
+    "EWSG": pmb.EWSG,
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
 #: models on which every sampler of SAMPLERS runs by default
@@ -169,6 +171,11 @@ def run_one(name: str, model, ref, sampler: str) -> dict:
             products=int(stats["products"].values[0, -1]),
             negative_signs=float((stats["sign"].values < 0).mean()),
         )
+    if "index_accept" in stats:
+        out.update(
+            index_accept=float(stats["index_accept"].mean()),
+            noise_share=float(np.nanmean(stats["noise_share"].values)),
+        )
     if laplace_errs:
         le, lr = np.concatenate(laplace_errs), np.concatenate(laplace_ratios)
         out.update(
@@ -184,7 +191,7 @@ def table(rows: list[dict]) -> str:
         "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | data passes "
         "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
         "| SBPS: proposals / ESS, violations (k), missed bounces; HMC-ECS: accept, α_u, "
-        "σ̂², m (λ), negative signs | alarm "
+        "σ̂², m (λ), negative signs; EWSG: index accept, noise share | alarm "
         "| Laplace max err / sd ratio |"
     )
     lines = [head, "|" + "---|" * 18]
@@ -207,6 +214,8 @@ def table(rows: list[dict]) -> str:
                 f"{r['accept']:.2f}, {r['subsample_accept']:.3f}, {r['loglik_var']:.2g}, "
                 f"{r['subsample_size']}{products}, {r['negative_signs']:.1%}"
             )
+        if "index_accept" in r:
+            sbps = f"{r['index_accept']:.2f}, {r['noise_share']:.2g}"
         lines.append(
             f"| {r['model']} | {r['dim']} | {r['rows']:,} | {r['sampler']} | {r['max_err_sd']:.3f} "
             f"| [{r['sd_ratio_min']:.3f}, {r['sd_ratio_max']:.3f}] | {r['min_bulk_ess']:,.0f} "

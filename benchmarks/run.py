@@ -3,8 +3,8 @@
 One process, one data set per size: a logistic regression with ``d = 30`` correlated
 features, sampled by
 
-* ``pymc_bigdata.SGHMC``, ``SGLD``, ``SBPS`` and ``HMCECS`` (perturbed and signed) with their
-  defaults (``cores=1`` and ``cores=2``), and perturbed ``HMCECS`` at NumPyro's subsample
+* ``pymc_bigdata.SGHMC``, ``SGLD``, ``SBPS``, ``HMCECS`` (perturbed and signed) and ``EWSG``
+  with their defaults (``cores=1`` and ``cores=2``), and perturbed ``HMCECS`` at NumPyro's subsample
   size and blocks (``m = 1000``, ``G = 100``: ``hmcecs_m1000``),
 * PyMC's own NUTS on the full data (``pm.sample(nuts_sampler="pymc")``),
 * optional peers, when importable: BlackJAX SGLD / SGHMC (control-variate gradients,
@@ -89,6 +89,9 @@ ALL_METHODS = (
     "hmcecs",
     "hmcecs_signed",
     "hmcecs_m1000",
+    "ewsg",
+    "sghmc_nocv",
+    "ewsg_nocv",
     "nuts",
     "blackjax",
     "numpyro",
@@ -106,6 +109,22 @@ OURS = {
         pmb.HMCECS,
         {"subsample_size": BATCH_SIZE, "blocks": 100},
         41,
+    ),
+    "ewsg": ("ours EWSG", pmb.EWSG, {}, 53),
+    # the EWSG paper's claim (closer than SGHMC at the same step size without control
+    # variates): plain minibatch sums of BATCH_SIZE rows per candidate, a fixed step at which
+    # the gradient noise of N = 1e5 feeds most of the variance (share ~0.8)
+    "sghmc_nocv": (
+        "ours SGHMC, no control variates, eps=0.01",
+        pmb.SGHMC,
+        {"control_variates": False, "step_size": 0.01, "batch_size": BATCH_SIZE},
+        11,
+    ),
+    "ewsg_nocv": (
+        "ours EWSG, no control variates, eps=0.01",
+        pmb.EWSG,
+        {"control_variates": False, "step_size": 0.01, "batch_size": BATCH_SIZE},
+        53,
     ),
 }
 
@@ -569,6 +588,8 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
             res.notes = _sbps_notes(idata, res, res.extra)
         if kind.startswith("hmcecs"):
             res.notes = _hmcecs_notes(idata, res, res.extra)
+        if kind.startswith("ewsg"):
+            res.notes = _ewsg_notes(idata, res, res.extra)
         res.notes += divergence_note(div_tune, div_draws)
         results.append(res)
     return results
@@ -585,6 +606,23 @@ def _sbps_notes(idata, res: MethodResult, extra: dict) -> str:
     return (
         f"travel={extra['step_size']:.3g}, {per_ess} per ESS (kept draws), "
         f"{violations} violations in {proposals:,.0f} proposals"
+    )
+
+
+def _ewsg_notes(idata, res: MethodResult, extra: dict) -> str:
+    """Step size x steps, rows per candidate minibatch, index acceptance, noise share (of
+    uniform minibatches: an upper bound for EWSG's) and rows per effective draw."""
+    kept = idata.sample_stats
+    rows = float(kept["rows_touched"].sum())
+    extra.update(
+        kept_rows=rows,
+        index_accept=float(kept["index_accept"].mean()),
+        noise_share=float(np.nanmean(kept["noise_share"].values)),
+    )
+    return (
+        f"eps={extra['step_size']:.3g} x {extra['inner_steps']}, 2 x {extra['batch_size']} "
+        f"rows per step, index accept {extra['index_accept']:.2f}, noise share "
+        f"{extra['noise_share']:.2g}, {rows / res.min_ess:,.0f} rows per ESS (kept draws)"
     )
 
 

@@ -58,6 +58,7 @@ BARS = {
     pmb.SGHMC: (0.10, (0.90, 1.10)),
     pmb.SGLD: (0.15, (0.85, 1.20)),
     pmb.SBPS: (0.10, (0.90, 1.10)),
+    pmb.EWSG: (0.10, (0.90, 1.10)),
 }
 SAMPLERS = [pmb.SGHMC, pmb.SGLD, pmb.SBPS]
 IDS = ["sghmc", "sgld", "sbps"]
@@ -82,7 +83,7 @@ def many_groups():
     return model, pmb.MinibatchModel(model), mean, sd
 
 
-@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
+@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD, pmb.EWSG], ids=["sghmc", "sgld", "ewsg"])
 def test_thousand_groups_with_defaults(cls, many_groups):
     """Defaults on 10^6 rows and d = 1,003 (groups of 28 to 4,851 rows) meet the bars against
     the exact posterior, with no divergence; second-order control variates are chosen."""
@@ -341,3 +342,40 @@ def test_hmcecs_skewed_targets_against_nuts(estimator, name):
         _check_against_reference(model, idata, _reference(name), 1.0)
     else:
         _sign_corrected_check(model, idata, _reference(name))
+
+
+# ---------------------------------------------------------------------- EWSG
+def _all_coordinates(model, idata, ref):
+    names = [v.name for v in model.value_vars]
+    draws = np.concatenate([_unconstrained_draws(model, idata, n) for n in names], axis=-1)
+    ref_mean = np.concatenate([np.atleast_1d(ref[f"{n}__mean"]) for n in names])
+    ref_sd = np.concatenate([np.atleast_1d(ref[f"{n}__sd"]) for n in names])
+    ref_mean_se = np.concatenate([np.atleast_1d(ref[f"{n}__mean_se"]) for n in names])
+    return draws, ref_mean, ref_sd, ref_mean_se
+
+
+EWSG_TARGETS = {
+    **{name: builder for name, (builder, _) in HARD.items()},
+    "hier_logistic_noncentred": lambda: hier_logistic(centred=False),
+    "rare_event_logistic": rare_event_logistic,
+}
+
+
+@pytest.mark.parametrize("name", _available(EWSG_TARGETS))
+def test_ewsg_defaults_against_nuts(name):
+    """EWSG with every default (its own batch size too) and pm.sample's defaults meets the
+    issue's bars against the references, and its means are within 4.5 MCSE of them. Its sds
+    are judged by the bars only: with the paper's guess ``r' = r`` the index chain tilts the
+    chosen gradients, which on the SBPS paper's nearly separable 1,000-row target makes
+    the sds 4-6 % narrow at a uniform noise share of 5 % (docs/ewsg.md, measured), a bias
+    that the MCSE bands of long chains resolve."""
+    model = EWSG_TARGETS[name]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pmb.ModeWarning)  # the non-centred model's MAP
+        idata = sample_two_chains(model, pmb.EWSG(model=model), seed=13)
+    draws, ref_mean, ref_sd, ref_mean_se = _all_coordinates(model, idata, _reference(name))
+    flat = draws.reshape(-1, draws.shape[-1])
+    _assert_bars(pmb.EWSG, flat.mean(0), flat.std(0), ref_mean, ref_sd)
+    mcse = az.mcse(az.from_dict({"posterior": {"x": draws}}), method="mean")["x"].values
+    z = np.abs(flat.mean(0) - ref_mean) / np.sqrt(mcse**2 + ref_mean_se**2)
+    assert z.max() <= 4.5, f"mean off by {z.max():.2f} MCSE"
