@@ -1,0 +1,82 @@
+"""The sequential test of approximate MH (Korattikara et al. 2014, Sec. 4, Algorithm 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_bigdata.kernels.austerity import mh_threshold, sequential_test, t_statistic
+
+
+def _permuted(population: np.ndarray, rng: np.random.Generator):
+    """``next_differences`` over a random permutation of ``population``."""
+    order = rng.permutation(len(population))
+    position = [0]
+
+    def next_differences(k: int) -> np.ndarray:
+        start = position[0]
+        position[0] += k
+        return population[order[start : start + k]]
+
+    return next_differences
+
+
+def test_epsilon_zero_is_exact_mh_decision_by_decision():
+    """With epsilon = 0 every row is used and each decision is exact MH's ``mu > mu_0``."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        population = rng.standard_normal(1_003) * rng.uniform(0.1, 3.0) + rng.normal(0, 0.05)
+        mu0 = mh_threshold(np.log(rng.uniform()), rng.normal(0, 5), rng.normal(0, 5), 1_003)
+        result = sequential_test(mu0, _permuted(population, rng), 1_003, 100, 0.0)
+        assert result.rows == 1_003 and result.batches == 11 and result.delta == 0.0
+        assert result.accept == (population.mean() > mu0)
+        assert result.mean == pytest.approx(population.mean())
+
+
+def test_confident_decisions_stop_early_and_agree():
+    """A threshold far from the mean (in standard errors of one minibatch) is decided from
+    the first minibatches, and correctly; one at the mean needs every row."""
+    rng = np.random.default_rng(1)
+    population = rng.standard_normal(10_000) + 0.5
+    far = sequential_test(0.0, _permuted(population, rng), 10_000, 100, 0.05)
+    assert far.accept and far.rows <= 200 and far.delta < 0.05
+    at_mean = sequential_test(population.mean(), _permuted(population, rng), 10_000, 100, 0.05)
+    assert at_mean.rows >= 1_000  # no confident decision until much of the data is in
+
+
+def test_wrong_decisions_stay_near_epsilon():
+    """Thresholds drawn near the population mean (where decisions are hard): the fraction of
+    decisions that differ from exact MH stays of the order of epsilon, and shrinks with it."""
+    rng = np.random.default_rng(2)
+    population = rng.exponential(size=5_000) - 1.0
+    sd_mean = population.std() / np.sqrt(500)
+    errors = {}
+    for epsilon in (0.01, 0.1):
+        wrong = 0
+        for _ in range(400):
+            mu0 = population.mean() + rng.normal(0, 2 * sd_mean)
+            result = sequential_test(mu0, _permuted(population, rng), 5_000, 100, epsilon)
+            wrong += result.accept != (population.mean() > mu0)
+        errors[epsilon] = wrong / 400
+    assert errors[0.01] < errors[0.1] <= 0.25
+    assert errors[0.01] <= 0.05
+
+
+def test_t_statistic_null_law_without_replacement():
+    """The paper's Fig. 1: with mu_0 the population mean, t of n rows drawn without
+    replacement from N follows Student-t(n - 1) (KS test), here at n/N = 0.82 where the
+    finite-population correction matters; without it the same test rejects."""
+    rng = np.random.default_rng(3)
+    n_rows, n = 12_214, 10_000
+    population = np.where(rng.uniform(size=n_rows) < 0.3, 2.0, 0.0) + rng.normal(0, 0.5, n_rows)
+    mu = population.mean()
+    ts, naive = [], []
+    for _ in range(2_000):
+        sample = population[rng.choice(n_rows, size=n, replace=False)]
+        var = sample.var(ddof=1)
+        ts.append(t_statistic(sample.mean(), var, n, mu, n_rows))
+        naive.append((sample.mean() - mu) / np.sqrt(var / n))
+    law = stats.t(df=n - 1)
+    assert stats.kstest(ts, law.cdf).pvalue > 1e-3
+    assert stats.kstest(naive, law.cdf).pvalue < 1e-6
