@@ -125,3 +125,31 @@ def logistic_model(features: np.ndarray, outcome: np.ndarray):
 def small_logistic():
     """A 5,000-row, 3-coefficient logistic regression and its shared layer."""
     return logistic_model(*logistic_data(5_000, 3, seed=11))
+
+
+class MapSearchRan(Exception):
+    """Raised by :func:`layer_without_map_search`'s layer when anything starts a MAP search."""
+
+
+def layer_without_map_search(model) -> pmb.MinibatchModel:
+    """A fresh layer whose MAP search raises: a step built on it must validate its settings
+    before any full-data pass."""
+    layer = pmb.MinibatchModel(model)
+
+    def no_map_search(*args, **kwargs):
+        raise MapSearchRan("the MAP search ran before the settings were validated")
+
+    layer.find_map = no_map_search
+    layer.map_estimate = no_map_search
+    return layer
+
+
+def check_declared_stats(step, idata) -> None:
+    """Every stat the step declares is recorded, with its dtype's kind (PyMC keeps
+    ``tune`` and ``warning`` out of ``sample_stats``)."""
+    stats = idata.sample_stats
+    for name, (dtype, _) in step.stats_dtypes_shapes.items():
+        if name in ("warning", "tune"):
+            continue
+        assert name in stats, name
+        assert np.dtype(stats[name].dtype).kind == np.dtype(dtype).kind, name

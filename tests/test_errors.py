@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import layer_without_map_search
 
 import pymc_bigdata as pmb
 
@@ -357,10 +358,6 @@ def test_invalid_step_size_or_inner_steps(small, step, kwargs, match):
         STEPS[step](model=model, layer=layer, batch_size=50, **kwargs)
 
 
-class _MapSearchRan(Exception):
-    pass
-
-
 @pytest.mark.parametrize(
     "kwargs", [{"step_size": -1.0}, {"inner_steps": 0}], ids=["step_size", "inner_steps"]
 )
@@ -371,13 +368,7 @@ def test_invalid_settings_rejected_before_the_map_search(data, kwargs):
     def build():
         pm.Normal("y", x @ pm.Normal("beta", 0.0, 1.0, shape=3), 1.0, observed=y)
 
-    layer = pmb.MinibatchModel(_model(build))
-
-    def no_map_search(*args, **kwargs):
-        raise _MapSearchRan("the MAP search ran before the settings were validated")
-
-    layer.find_map = no_map_search
-    layer.map_estimate = no_map_search
+    layer = layer_without_map_search(_model(build))
     with pytest.raises(ValueError, match="must be a positive"):
         pmb.SGLD(model=layer.model, layer=layer, batch_size=50, **kwargs)
 

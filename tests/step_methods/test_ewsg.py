@@ -13,14 +13,16 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import laplace_importance_reference, logistic_data, sample_two_chains
+from conftest import (
+    check_declared_stats,
+    laplace_importance_reference,
+    layer_without_map_search,
+    logistic_data,
+    sample_two_chains,
+)
 from test_statistical import _logistic_log_post
 
 import pymc_bigdata as pmb
-
-
-class _MapSearchRan(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +49,8 @@ def logistic(small_logistic):
 def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, match):
     """Every out-of-range setting raises a ValueError naming it, before the MAP search."""
     model, _ = logistic
-    layer = pmb.MinibatchModel(model)
-
-    def no_map_search(*args, **kw):
-        raise _MapSearchRan("the MAP search ran before the settings were validated")
-
-    layer.find_map = no_map_search
-    layer.map_estimate = no_map_search
     with pytest.raises(ValueError, match=match):
-        pmb.EWSG(model=model, layer=layer, **kwargs)
+        pmb.EWSG(model=model, layer=layer_without_map_search(model), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +62,8 @@ def default_run(logistic):
 
 def test_stats_are_declared_and_sensible(default_run):
     step, idata = default_run
+    check_declared_stats(step, idata)
     stats = idata.sample_stats
-    for name, (dtype, _) in step.stats_dtypes_shapes.items():
-        if name in ("warning", "tune"):  # PyMC keeps these out of sample_stats
-            continue
-        assert name in stats, name
-        assert np.dtype(stats[name].dtype).kind == np.dtype(dtype).kind, name
     # M + 1 candidate minibatches per step, as many rows per step as SGHMC's default
     assert step.batch_size == 1000 // 2
     steps = step.inner_steps
