@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import numpy as np
@@ -200,11 +200,13 @@ def ewsg_steps(
     return EWSGState(z, r), EWSGInfo(n_steps, proposals, accepted, finite)
 
 
+@lru_cache(maxsize=256)
 def stationary_covariance(
     step_size: float, friction: float, integrator: str = "obabo"
 ) -> np.ndarray:
     """Stationary covariance of ``(z, r)`` on a unit Gaussian with exact gradients (a
-    discrete Lyapunov equation: one step is linear in ``(z, r)``)."""
+    discrete Lyapunov equation: one step is linear in ``(z, r)``); cached and read-only (the
+    Euler integrator's kinetic-temperature check asks for it every draw)."""
     h = step_size
     u = momentum_update(step_size, friction, integrator)
     if u.drift_new:  # r' = decay r - kick z + e,  z' = z + h r'
@@ -213,4 +215,6 @@ def stationary_covariance(
     else:  # z' = z + h r,  r' = decay r - kick z + e
         step = np.array([[1.0, h], [-u.kick, u.decay]])
         into = np.array([0.0, 1.0])
-    return scipy.linalg.solve_discrete_lyapunov(step, u.noise_var * np.outer(into, into))
+    cov = scipy.linalg.solve_discrete_lyapunov(step, u.noise_var * np.outer(into, into))
+    cov.flags.writeable = False  # cached: shared by every caller
+    return cov
