@@ -11,11 +11,21 @@ from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import RowIndexSampler, RowSource
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights
-from pymc_bigdata.step_methods import EWSG, HMCECS, SBPS, SGHMC, SGLD, SubsamplingStep, pSBPS
+from pymc_bigdata.step_methods import (
+    EWSG,
+    HMCECS,
+    SBPS,
+    SGHMC,
+    SGLD,
+    AusterityMH,
+    SubsamplingStep,
+    pSBPS,
+)
 
 register()
 
 __all__ = [
+    "AusterityMH",
     "EWSG",
     "HMCECS",
     "SBPS",

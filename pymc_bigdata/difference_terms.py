@@ -25,6 +25,10 @@ the gradient in ``theta`` of ``log prior + F(d)`` for the estimator's own ``F``:
 * ``block_poisson``: the rows in consecutive minibatches of ``m``, ``D_g = w sum_{i in g}
   d_i`` and ``F = sum_g log |D_g - a|``: the random part of ``log |L_hat|`` of (5.1).
 
+A third graph serves approximate Metropolis-Hastings (Korattikara et al. 2014): the
+differences ``d_k(theta') - d_k(theta)`` between two points, for the same rows (order 0 is
+the plain ``l_k(theta') - l_k(theta)``, which needs no anchor).
+
 Census rows (the base's stratum of rows that would dominate the estimator's variance, e.g.
 the few rows of a rare feature) come first and enter exactly, ``+ sum_census d_k`` with
 weight 1; the others are subsampled from the pool of ``P = N - C`` rows, ``w = P/m``.
@@ -79,6 +83,8 @@ class DifferenceTerms:
         """``d_k(theta)`` per row, shape (n,)."""
         layer = self.layer
         rows = layer.row_logp_graph
+        if order < 0:  # no control variate: l_k(theta) itself
+            return rows
         delta = layer.theta - layer.anchor
         residual = rows - clone_replace(rows, {layer.theta: layer.anchor})
         if order >= 1:
@@ -90,6 +96,10 @@ class DifferenceTerms:
             slope = pushforward(at_point, point, delta)
             residual = residual - 0.5 * pushforward(slope, point, delta)
         return residual
+
+    @cached_property
+    def _from_point(self) -> pt.TensorVariable:
+        return pt.vector("theta_from", dtype="float64")
 
     def _inputs(self) -> list[pt.TensorVariable]:
         layer = self.layer
@@ -106,6 +116,9 @@ class DifferenceTerms:
         d = self._residual_graph(order)
         if kind == "residuals":
             return layer._compile(self._inputs(), d)
+        if kind == "differences":
+            start = clone_replace(d, {layer.theta: self._from_point})
+            return layer._compile([*self._inputs(), self._from_point], d - start)
         prior = layer.prior_graph
         census = pt.scalar("n_census", dtype="int64")
         sampled = d[census:]
@@ -146,6 +159,23 @@ class DifferenceTerms:
         """``d_k(theta)`` of the given rows, shape (n,)."""
         star, point = self._points(anchor, order)
         return self._compiled("residuals", order)(theta, star, point, *rows)
+
+    def differences(
+        self,
+        theta: np.ndarray,
+        theta_from: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None,
+        order: int,
+    ) -> np.ndarray:
+        """``d_k(theta) - d_k(theta_from)`` of the given rows, shape (n,): with ``anchor=None``
+        the plain ``l_k(theta) - l_k(theta_from)``; order 0 gives the same without the
+        anchor's row terms (computed, then cancelled), so prefer None for plain differences."""
+        if anchor is None:
+            fn = self._compiled("differences", -1)
+            return fn(theta, theta, theta, *rows, theta_from)
+        star, point = self._points(anchor, order)
+        return self._compiled("differences", order)(theta, star, point, *rows, theta_from)
 
     def perturbed(
         self,

@@ -6,7 +6,9 @@ chunks.  Everything else in the package (the model layer, the samplers) asks a r
 for rows, so a later source can read from a memmap, zarr or dask array without touching
 any sampler.
 
-:class:`RowIndexSampler` draws the minibatch indices from a sampler's own generator.
+:class:`RowIndexSampler` draws the minibatch indices from a sampler's own generator;
+:class:`LazyPermutation` hands out the rows of one random permutation a batch at a time,
+drawing only as much of it as a sequential test reads.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["RowIndexSampler", "RowSource"]
+__all__ = ["LazyPermutation", "RowIndexSampler", "RowSource"]
 
 
 class RowSource:
@@ -199,6 +201,78 @@ class RowIndexSampler:
         start = self._position
         self._position += self.batch_size
         return self._permutation[start : self._position]
+
+
+class LazyPermutation:
+    """The rows of a uniformly random permutation, drawn only as far as they are read.
+
+    A sequential test (approximate MH, Korattikara et al. 2014) reads rows without
+    replacement until it is confident, usually a few hundred of ``N``: a full permutation
+    would cost ``O(N)`` per decision. While less than half of the rows are out, each new row
+    is drawn uniformly with replacement and kept only when it is not out yet (a first
+    occurrence): every kept row is then uniform over the rows not yet out, which is what a
+    permutation's next entry is. Beyond half, the rest is shuffled once (``O(N)``, as the
+    rows read already cost that much).
+
+    Parameters
+    ----------
+    n_rows
+        Number of rows ``N``.
+    rng
+        The owning sampler's generator.
+    """
+
+    def __init__(self, n_rows: int, rng: np.random.Generator):
+        if n_rows < 1:
+            raise ValueError(f"LazyPermutation needs at least one row, got {n_rows}.")
+        self.n_rows = int(n_rows)
+        self.rng = rng
+        self._out = np.zeros(self.n_rows, dtype=bool)
+        self._drawn: list[np.ndarray] = []
+        self._count = 0
+        self._rest: np.ndarray | None = None
+
+    def start(self, rng: np.random.Generator | None = None) -> None:
+        """Begin a new permutation (the next decision's), optionally with a new generator."""
+        if rng is not None:
+            self.rng = rng
+        for rows in self._drawn:
+            self._out[rows] = False
+        self._drawn, self._count, self._rest = [], 0, None
+
+    @property
+    def drawn(self) -> int:
+        """How many rows of the current permutation are out."""
+        return self._count
+
+    def next(self, k: int) -> np.ndarray:
+        """The next ``min(k, rows left)`` rows of the permutation."""
+        k = min(int(k), self.n_rows - self._count)
+        if k <= 0:
+            return np.empty(0, dtype=np.int64)
+        if self._rest is None and self._count + k > self.n_rows // 2:
+            self._rest = np.flatnonzero(~self._out)
+            self.rng.shuffle(self._rest)
+        if self._rest is not None:
+            start = self._count - (self.n_rows - len(self._rest))
+            rows = self._rest[start : start + k]
+        else:
+            rows = self._fresh(k)
+            self._out[rows] = True
+            self._drawn.append(rows)
+        self._count += k
+        return rows
+
+    def _fresh(self, k: int) -> np.ndarray:
+        """``k`` rows not out yet, each uniform over those left, in order of drawing."""
+        kept = np.empty(0, dtype=np.int64)
+        while len(kept) < k:
+            candidates = self.rng.integers(0, self.n_rows, size=k - len(kept))
+            candidates = candidates[~self._out[candidates]]
+            candidates = np.concatenate([kept, candidates])
+            _, first = np.unique(candidates, return_index=True)
+            kept = candidates[np.sort(first)]  # first occurrences, in order
+        return kept
 
 
 def check_batch_size(batch_size: int, n_rows: int) -> None:

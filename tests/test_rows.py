@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pymc_bigdata import RowIndexSampler, RowSource
-from pymc_bigdata.rows import check_batch_size
+from pymc_bigdata.rows import LazyPermutation, check_batch_size
 
 
 # ---------------------------------------------------------------------- RowSource
@@ -151,3 +151,46 @@ def test_check_batch_size_accepts_integers_in_range(good):
     """Python and NumPy integers in [1, N] are accepted."""
     check_batch_size(good, 100)
     assert RowIndexSampler(100, good, np.random.default_rng(0)).draw().shape == (int(good),)
+
+
+@pytest.mark.parametrize("n_rows", [1, 7, 1_000])
+def test_lazy_permutation_read_to_the_end_is_a_permutation(n_rows):
+    """Batches of any size, read past the switch to a shuffled rest, give every row once; a
+    new start (the next decision) begins a new permutation."""
+    perm = LazyPermutation(n_rows, np.random.default_rng(0))
+    for _ in range(2):
+        perm.start()
+        rows = np.concatenate([perm.next(k) for k in (3, 1, 50, 400, 10_000, 5)])
+        assert np.array_equal(np.sort(rows), np.arange(n_rows))
+        assert perm.drawn == n_rows and len(perm.next(3)) == 0
+
+
+def test_lazy_permutation_prefixes_are_uniform():
+    """The first three rows of a lazily drawn permutation of 5 rows: each of the 60 ordered
+    triples equally likely (chi-square over 30,000 permutations), in batches that take the
+    with-replacement path (up to N // 2 = 2 rows) and then the shuffled rest, or cross to it
+    within a batch."""
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    perm = LazyPermutation(5, rng)
+    for sizes in ((1, 1, 1), (2, 1), (1, 2), (3,)):
+        counts: dict[tuple[int, ...], int] = {}
+        for _ in range(30_000):
+            perm.start()
+            triple = tuple(np.concatenate([perm.next(k) for k in sizes]).tolist())
+            counts[triple] = counts.get(triple, 0) + 1
+        assert len(counts) == 60
+        observed = np.array(list(counts.values()))
+        assert stats.chisquare(observed).pvalue > 1e-3
+
+
+def test_lazy_permutation_same_seed_same_rows():
+    a = LazyPermutation(10_000, np.random.default_rng(5))
+    b = LazyPermutation(10_000, np.random.default_rng(5))
+    for perm in (a, b):
+        perm.start()
+    assert np.array_equal(
+        np.concatenate([a.next(300) for _ in range(3)]),
+        np.concatenate([b.next(300) for _ in range(3)]),
+    )

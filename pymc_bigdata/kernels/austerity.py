@@ -17,6 +17,17 @@ freedom when ``mu = mu_0``, and the test stops when ``delta = 1 - Phi_{n-1}(|t|)
 (accept iff ``l_bar > mu_0``) or when every row is used (then ``s = 0`` and the decision is
 exact MH's). ``epsilon = 0`` is exact MH (Algorithm 1).
 
+The t-test's error level is exact only as far as the mean of ``n`` differences is normal. The
+Edgeworth expansion of the t statistic's tail gives the first correction, of order
+``skew / sqrt(n)``; each decision reports it (``clt_error``) so that an adapter can warn when
+heavy-tailed differences (rare rows, no control variates) make the nominal ``epsilon``
+optimistic (Bardenet, Doucet & Holmes 2014 show such failures).
+
+Proposals (Sec. 6.1 and 6.2) work in the adapter's preconditioned coordinates ``z``: the
+random walk ``z' = z + h xi``, and the Langevin proposal ``z' = z + (h^2 / 2) g(z) + h xi``,
+whose drift ``g`` may be a minibatch gradient as long as the same minibatch gives ``g`` at
+both ends (the mixture-kernel argument of Sec. 6.2: each minibatch's kernel is reversible).
+
 This module is pure: the differences ``l_i`` come from a callback, one minibatch at a time,
 in the order of a random permutation that the caller owns.
 """
@@ -30,14 +41,26 @@ from typing import NamedTuple
 import numpy as np
 from scipy import stats
 
-__all__ = ["SequentialTestResult", "mh_threshold", "sequential_test", "t_statistic"]
+__all__ = [
+    "MHDecision",
+    "Proposal",
+    "SequentialTestResult",
+    "langevin_proposal",
+    "mh_decision",
+    "mh_threshold",
+    "random_walk_proposal",
+    "sequential_test",
+    "t_statistic",
+]
 
 
 class SequentialTestResult(NamedTuple):
     """One decision of Algorithm 1.
 
     ``rows`` used, ``batches`` drawn, ``delta`` the final p-value (0 when every row was used),
-    ``mean`` the final ``l_bar``.
+    ``mean`` the final ``l_bar``, ``clt_error`` the Edgeworth estimate of how far the t-test's
+    tail probability at the final ``t`` is off for the skewness seen (0 when every row was
+    used; NaN when it cannot be estimated).
     """
 
     accept: bool
@@ -45,6 +68,7 @@ class SequentialTestResult(NamedTuple):
     batches: int
     delta: float
     mean: float
+    clt_error: float = 0.0
 
 
 def mh_threshold(
@@ -63,6 +87,43 @@ def t_statistic(mean: float, var: float, n: int, mu0: float, n_rows: int) -> flo
     s = math.sqrt(max(var, 0.0) / n * (1.0 - (n - 1) / (n_rows - 1)))
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.float64(mean - mu0) / s)
+
+
+def edgeworth_error(skewness: float, t: float, n: int) -> float:
+    """First Edgeworth correction to the one-sided tail probability of a studentised mean at
+    ``t``: ``|skew| (2 t^2 + 1) phi(t) / (6 sqrt(n))`` (Hall 1987, the t statistic's term)."""
+    phi = math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)
+    return abs(skewness) * (2.0 * t * t + 1.0) * phi / (6.0 * math.sqrt(n))
+
+
+class _Moments:
+    """Running sums of ``x - shift`` (the first value) up to the third power."""
+
+    def __init__(self):
+        self.n, self.shift = 0, math.nan
+        self.s1 = self.s2 = self.s3 = 0.0
+
+    def add(self, batch: np.ndarray) -> None:
+        if self.n == 0:
+            self.shift = float(batch[0])
+        x = batch - self.shift
+        self.n += len(batch)
+        self.s1 += float(x.sum())
+        self.s2 += float(x @ x)
+        self.s3 += float((x * x) @ x)
+
+    def mean(self) -> float:
+        return self.shift + self.s1 / self.n
+
+    def var(self) -> float:
+        m = self.s1 / self.n
+        return max(self.s2 - self.n * m * m, 0.0) / (self.n - 1)
+
+    def skewness(self) -> float:
+        m = self.s1 / self.n
+        m2 = self.s2 / self.n - m * m
+        m3 = self.s3 / self.n - 3.0 * m * self.s2 / self.n + 2.0 * m**3
+        return m3 / m2**1.5 if m2 > 0 else math.nan
 
 
 def sequential_test(
@@ -88,24 +149,85 @@ def sequential_test(
     epsilon
         The test's level ``epsilon`` in ``[0, 1)``; 0 uses every row (exact MH).
     """
-    total = total_sq = 0.0
-    n = batches = 0
+    moments, batches = _Moments(), 0
     while True:
-        k = min(batch_size, n_rows - n)
-        batch = np.asarray(next_differences(k), dtype=np.float64)
-        total += float(batch.sum())
-        total_sq += float(batch @ batch)
-        n += k
+        k = min(batch_size, n_rows - moments.n)
+        moments.add(np.asarray(next_differences(k), dtype=np.float64))
         batches += 1
-        mean = total / n
+        n, mean = moments.n, moments.mean()
         if n >= n_rows:
-            return SequentialTestResult(mean > mu0, n, batches, 0.0, mean)
+            return SequentialTestResult(mean > mu0, n, batches, 0.0, mean, 0.0)
         if n < 2 or epsilon <= 0.0:
             continue
-        var_l = max(total_sq - n * mean * mean, 0.0) / (n - 1)
-        t = t_statistic(mean, var_l, n, mu0, n_rows)
+        t = t_statistic(mean, moments.var(), n, mu0, n_rows)
         if not math.isfinite(t):  # identical differences so far: no evidence about the rest
             continue
         delta = float(stats.t.sf(abs(t), df=n - 1))
         if delta < epsilon:
-            return SequentialTestResult(mean > mu0, n, batches, delta, mean)
+            clt = edgeworth_error(moments.skewness(), t, n)
+            return SequentialTestResult(mean > mu0, n, batches, delta, mean, clt)
+
+
+class Proposal(NamedTuple):
+    """A proposed position and ``log q(z | z') - log q(z' | z)``."""
+
+    position: np.ndarray
+    log_ratio: float
+
+
+def random_walk_proposal(z: np.ndarray, scale: float, rng: np.random.Generator) -> Proposal:
+    """Sec. 6.1: ``z' = z + h xi``, ``xi ~ N(0, I)``; symmetric, so the ratio is 0."""
+    return Proposal(z + scale * rng.standard_normal(z.shape), 0.0)
+
+
+def langevin_proposal(
+    z: np.ndarray,
+    scale: float,
+    drift: Callable[[np.ndarray], np.ndarray],
+    rng: np.random.Generator,
+) -> Proposal:
+    """Sec. 6.2 (Eq. 10) in preconditioned coordinates: ``z' = z + (h^2/2) g(z) + h xi``.
+
+    ``drift`` is one kernel of the mixture: the same function (the same minibatch, or a
+    deterministic gradient) gives ``g`` at ``z`` and at ``z'``, so ``log q(z | z')`` is that
+    kernel's reverse density. A non-finite drift gives a NaN ratio (a rejection).
+    """
+    half_h2 = 0.5 * scale * scale
+    forward_mean = z + half_h2 * drift(z)
+    proposed = forward_mean + scale * rng.standard_normal(z.shape)
+    backward_mean = proposed + half_h2 * drift(proposed)
+    inv = 0.5 / (scale * scale)
+    log_forward = -inv * float(np.sum((proposed - forward_mean) ** 2))
+    log_backward = -inv * float(np.sum((z - backward_mean) ** 2))
+    return Proposal(proposed, log_backward - log_forward)
+
+
+class MHDecision(NamedTuple):
+    """One approximate MH decision: the test's result and what fed it."""
+
+    test: SequentialTestResult
+    log_u: float
+    mu0: float
+
+
+def mh_decision(
+    proposal: Proposal,
+    known_log_ratio: float,
+    next_differences: Callable[[int], np.ndarray],
+    n_rows: int,
+    batch_size: int,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> MHDecision:
+    """Accept or reject ``proposal`` by Algorithm 1.
+
+    The log target ratio is ``known_log_ratio + sum_i l_i``: the terms known without the rows
+    (the log prior ratio, and with control variates the difference of their full-data sums)
+    plus the rows' differences, which ``next_differences`` hands out (plain ``l_i`` or their
+    residuals against the control variates). Accept iff (Eq. 2)
+    ``mean l > (log u - known - log q ratio) / N``, decided by :func:`sequential_test`.
+    """
+    log_u = math.log(rng.uniform())
+    mu0 = mh_threshold(log_u, known_log_ratio, proposal.log_ratio, n_rows)
+    test = sequential_test(mu0, next_differences, n_rows, batch_size, epsilon)
+    return MHDecision(test, log_u, mu0)

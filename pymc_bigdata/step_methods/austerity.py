@@ -1,0 +1,416 @@
+"""Approximate Metropolis-Hastings by a sequential test on minibatches (Korattikara et al. 2014).
+
+The test and the proposals are in :mod:`pymc_bigdata.kernels.austerity`; the per-row
+differences (plain, or residuals against the Taylor control variates) in
+:mod:`pymc_bigdata.difference_terms`. This adapter draws the rows of each decision lazily
+from a fresh random permutation (:class:`~pymc_bigdata.rows.LazyPermutation`), supplies the
+terms of the log target ratio that need no rows, and tunes the proposal scale (dual
+averaging to a target acceptance, restarted whenever the base's preconditioner changes) on
+the base's schedule: the preconditioner and the anchor from the tuning windows' draws.
+
+With control variates the test reads ``r_i = d_i(theta') - d_i(theta)``, the rows' residuals
+against their Taylor terms around the anchor, and the Taylor terms' full-data sums enter the
+known part exactly (``control_variate_sum``): the decision is the same as on the plain
+differences (the two sums agree), but the residuals' spread shrinks with the Taylor error, so
+far fewer rows decide (the idea of Bardenet et al.'s confidence sampler with proxies).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+from pymc.logprob.utils import ParameterValueError
+
+from pymc_bigdata.difference_terms import control_variate_sum
+from pymc_bigdata.kernels.austerity import (
+    Proposal,
+    langevin_proposal,
+    mh_decision,
+    random_walk_proposal,
+)
+from pymc_bigdata.kernels.hmcecs import dual_averaging_init, dual_averaging_update
+from pymc_bigdata.rows import LazyPermutation
+from pymc_bigdata.step_methods.base import SubsamplingStep
+
+__all__ = ["AusterityMH"]
+
+#: rows per minibatch of the sequential test (the paper's experiments use 500)
+DEFAULT_TEST_BATCH = 500
+
+#: target acceptance of the proposals' scale (Roberts & Rosenthal 2001): the random walk's
+#: 0.234 (0.44 in one dimension, 0.3 in between), the Langevin proposals' 0.574
+RW_TARGET = {1: 0.44, 2: 0.35, 3: 0.3, 4: 0.27}
+RW_TARGET_HIGH_D = 0.234
+LANGEVIN_TARGET = 0.574
+
+#: decisions per recorded draw: about one integrated autocorrelation time of the proposal at
+#: its optimal scale on a Gaussian (random walk ~ 3 d, Langevin ~ 1.5 d^(1/3))
+RW_DECISIONS_PER_DIM = 3.0
+LANGEVIN_DECISIONS = 1.5
+
+#: after tuning, a mean acceptance below this means the chain hardly moves
+STICKY_ACCEPT = 0.05
+
+PROPOSALS = ("rw", "langevin", "sgld")
+
+
+class _Decision(NamedTuple):
+    """What one decision did (for the statistics)."""
+
+    accepted: bool
+    rows: int
+    batches: int
+    delta: float
+    clt_error: float
+    exact: bool
+    finite: bool
+
+
+class _NonFinite(Exception):
+    """A row difference that is not finite: the proposal is rejected."""
+
+
+class AusterityMH(SubsamplingStep):
+    """Approximate Metropolis-Hastings whose accept test reads as few rows as it needs.
+
+    Each decision runs the sequential t-test of Algorithm 1 on the per-row log-likelihood
+    differences between the proposal and the current point, drawn without replacement in
+    minibatches of ``batch_size``, and stops when the test's p-value falls below
+    ``epsilon`` or every row is used. ``epsilon=0`` is exact Metropolis-Hastings. See
+    ``docs/austerity.md``.
+
+    Parameters
+    ----------
+    epsilon
+        The test's error level in ``[0, 1)`` (default 0.05): the bias knob. Larger decides
+        from fewer rows and errs more often; 0 reads every row (exact MH).
+    batch_size
+        Rows per minibatch of the test, and of the ``"sgld"`` proposal's gradient
+        (default ``min(500, N)``).
+    proposal
+        ``"rw"``: a Gaussian random walk in the preconditioned coordinates (Sec. 6.1).
+        ``"langevin"``: a Langevin (MALA) proposal whose drift is the gradient of the log
+        prior plus the control variates' full-data sum (the second-order Taylor model of the
+        log-likelihood at the anchor): it reads no rows. ``"sgld"``: the paper's SGLD
+        proposal (Sec. 6.2), drift from one minibatch's gradient estimate, the same minibatch
+        at both ends. Default: ``"langevin"`` where the layer has the dense full-data Hessian
+        (``d <= 2000``), else ``"sgld"``.
+    step_size
+        The proposal scale ``h`` in the preconditioned coordinates (``z' = z + h xi`` or
+        ``z + (h^2/2) g + h xi``); default: dual averaging in tuning to ``target_accept``.
+    inner_steps
+        Decisions per recorded draw (default: about one autocorrelation time of the proposal
+        on a Gaussian, ``3 d`` for the random walk and ``1.5 d^(1/3)`` for the Langevin ones,
+        at most 100).
+    target_accept
+        Mean acceptance the scale is tuned to (default 0.234 for the random walk, higher in
+        1-4 dimensions; 0.574 for the Langevin proposals).
+    control_variates
+        As the base's (default True: second order where the dense Hessian exists, else
+        first): the test then reads the rows' residuals against their Taylor terms, whose
+        full-data sum enters exactly. ``False``: the paper's plain differences.
+    **kwargs
+        The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
+        ``preconditioner``, ``adapt``, ``layer``, ``rng``...
+    """
+
+    name = "austerity_mh"
+
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
+        **SubsamplingStep.stats_dtypes_shapes,
+        "accepted": (bool, []),
+        "accept_rate": (np.float64, []),
+        "n_steps": (np.int64, []),
+        "test_rows": (np.float64, []),
+        "decision_fraction": (np.float64, []),
+        "minibatches": (np.float64, []),
+        "test_error": (np.float64, []),
+        "clt_error": (np.float64, []),
+        "exact_fraction": (np.float64, []),
+        "nonfinite": (np.int64, []),
+    }
+
+    off_target_consequence: ClassVar[str] = "Its decisions may be wrong more often than epsilon."
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        epsilon: float = 0.05,
+        batch_size: int | None = None,
+        proposal: str | None = None,
+        step_size: float | None = None,
+        inner_steps: int | None = None,
+        target_accept: float | None = None,
+        control_variates: bool | str = True,
+        **kwargs,
+    ):
+        if isinstance(epsilon, bool) or not (
+            isinstance(epsilon, int | float) and 0.0 <= epsilon < 1.0
+        ):
+            raise ValueError(f"epsilon must be a number in [0, 1), got {epsilon!r}.")
+        if proposal is not None and proposal not in PROPOSALS:
+            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}.")
+        if proposal == "langevin" and control_variates in (False, "none"):
+            raise ValueError(
+                "proposal='langevin' drifts along the control variates' Taylor model, so it "
+                "needs control variates; use proposal='sgld' or 'rw' with control_variates=False."
+            )
+        if target_accept is not None and not (
+            isinstance(target_accept, int | float) and 0 < target_accept < 1
+        ):
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        for key in ("replace", "reshuffle", "census", "noise_bound"):
+            if key in kwargs:
+                raise TypeError(
+                    f"AusterityMH has no {key!r}: its test reads rows without replacement, "
+                    "all of them equally likely, and no gradient noise enters its target."
+                )
+        self.epsilon = float(epsilon)
+        self._given_proposal = proposal
+        self._given_target = target_accept
+        super().__init__(
+            vars,
+            batch_size=batch_size,
+            step_size=step_size,
+            inner_steps=inner_steps,
+            control_variates=control_variates,
+            census=False,
+            **kwargs,
+        )
+        self._permutation = LazyPermutation(self.layer.n_rows, self.rng)
+
+    # ------------------------------------------------------------------ set-up and defaults
+    def _check_layer_settings(self) -> None:
+        """The proposal's default, and its check against the layer (before the MAP search)."""
+        has_curvature = self.layer.dim <= 2000 and self.cv_mode in ("auto", "second")
+        if self._given_proposal == "langevin" and not has_curvature:
+            raise ValueError(
+                "proposal='langevin' drifts along the second-order Taylor model, which needs "
+                f"the dense full-data Hessian (d <= 2000, here d = {self.layer.dim}) and "
+                "control_variates True, 'auto' or 'second'; use proposal='sgld'."
+            )
+        self.proposal = self._given_proposal or ("langevin" if has_curvature else "sgld")
+        dim = self.layer.dim
+        if self._given_target is not None:
+            self.target_accept = float(self._given_target)
+        elif self.proposal == "rw":
+            self.target_accept = RW_TARGET.get(dim, RW_TARGET_HIGH_D)
+        else:
+            self.target_accept = LANGEVIN_TARGET
+
+    def default_batch_size(self, n_rows: int) -> int:
+        """Rows per test minibatch when ``batch_size`` is not given: ``min(500, N)``."""
+        return min(DEFAULT_TEST_BATCH, n_rows)
+
+    def default_step(self) -> float:
+        """The optimal scales on a standard Gaussian: ``2.38 / sqrt(d)`` (random walk) and
+        ``1.65 d^(-1/3)`` (Langevin), in the preconditioned coordinates."""
+        dim = self.layer.dim
+        return 2.38 / math.sqrt(dim) if self.proposal == "rw" else 1.65 * dim ** (-1.0 / 3.0)
+
+    def default_inner(self) -> int:
+        dim = self.layer.dim
+        if self.proposal == "rw":
+            return max(1, math.ceil(RW_DECISIONS_PER_DIM * dim))
+        return max(1, math.ceil(LANGEVIN_DECISIONS * dim ** (1.0 / 3.0)))
+
+    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """No gradient noise enters the target: the accept test decides."""
+        return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
+
+    def _reset_chain_state(self) -> None:
+        super()._reset_chain_state()
+        self._dual = dual_averaging_init(self.step_size)
+        self._precond_seen = self.precond
+        self._decisions: list[_Decision] = []
+        self._kept_accepts: list[float] = []
+        self._kept_clt: list[float] = []
+        self._nonfinite_seen = 0
+
+    def _reset_kernel_state(self) -> None:
+        """Forget the cached known terms (the coordinates or the anchor moved)."""
+        self._known_cache: list[tuple[np.ndarray, float, np.ndarray | None]] = []
+
+    # ------------------------------------------------------------------ the log target ratio
+    def _known(self, z: np.ndarray) -> tuple[float, np.ndarray | None]:
+        """The log target's terms that need no rows at ``z`` (log prior, plus the control
+        variates' full-data sum), and the ``"langevin"`` drift (their gradient in z)."""
+        for point, value, drift in self._known_cache:  # the current point and the proposal
+            if np.array_equal(point, z):
+                return value, drift
+        theta = self.precond.theta(z)
+        try:
+            value, grad = self.layer.prior_logp_grad(theta)
+        except ParameterValueError:
+            return math.nan, None
+        value = float(value)
+        if self.anchor is not None:
+            cv_value, cv_grad = control_variate_sum(theta, self.anchor, self.cv_order)
+            value, grad = value + cv_value, grad + cv_grad
+        drift = self.precond.grad_z(grad) if self.proposal == "langevin" else None
+        self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
+        return value, drift
+
+    def _row_differences(self, theta_new: np.ndarray, theta: np.ndarray):
+        """``next_differences`` of the test: the next rows of a fresh permutation, their
+        residual (or plain) differences between ``theta`` and ``theta_new``."""
+        self._permutation.start(self.rng)
+        terms, anchor, order = self.layer.difference_terms, self.anchor, self.cv_order
+
+        def next_differences(k: int) -> np.ndarray:
+            rows = self.layer.take_rows(self._permutation.next(k))
+            self._rows_touched += k
+            try:
+                d = terms.differences(theta_new, theta, rows, anchor, order)
+            except ParameterValueError as exc:
+                raise _NonFinite from exc
+            if not np.all(np.isfinite(d)):
+                raise _NonFinite
+            return d
+
+        return next_differences
+
+    # ------------------------------------------------------------------ proposals
+    def _propose(self, z: np.ndarray) -> Proposal:
+        h = self.step_size
+        if self.proposal == "rw":
+            return random_walk_proposal(z, h, self.rng)
+        if self.proposal == "langevin":
+            return langevin_proposal(z, h, lambda x: self._known(x)[1], self.rng)
+        rows = self.layer.take_rows(self._rows.draw())  # one minibatch: one mixture component
+        self._rows_touched += self.batch_size
+
+        def drift(x: np.ndarray) -> np.ndarray:
+            try:
+                g_theta = self._gradient(self.precond.theta(x), rows, self._weights)
+            except ParameterValueError:
+                return np.full(len(x), np.nan)
+            return self.precond.grad_z(g_theta)
+
+        return langevin_proposal(z, h, drift, self.rng)
+
+    # ------------------------------------------------------------------ one draw
+    def _decide(self, z: np.ndarray) -> tuple[np.ndarray, _Decision]:
+        """One proposal and its approximate MH decision."""
+        proposal = self._propose(z)
+        known_now, _ = self._known(z)
+        known_new, _ = self._known(proposal.position)
+        known = known_new - known_now
+        rejected = _Decision(False, 0, 0, 0.0, math.nan, False, False)
+        if not (math.isfinite(known) and math.isfinite(proposal.log_ratio)):
+            return z, rejected
+        theta, theta_new = self.precond.theta(z), self.precond.theta(proposal.position)
+        try:
+            result = mh_decision(
+                proposal,
+                known,
+                self._row_differences(theta_new, theta),
+                self.layer.n_rows,
+                self.batch_size,
+                self.epsilon,
+                self.rng,
+            ).test
+        except _NonFinite:
+            return z, rejected._replace(rows=self._permutation.drawn)
+        decision = _Decision(
+            bool(result.accept),
+            result.rows,
+            result.batches,
+            result.delta,
+            result.clt_error if result.rows < self.layer.n_rows else math.nan,
+            result.rows >= self.layer.n_rows,
+            True,
+        )
+        return (proposal.position if result.accept else z), decision
+
+    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+        z, decisions = z0, []
+        for _ in range(self.inner_steps):
+            z, decision = self._decide(z)
+            decisions.append(decision)
+            if self.tune and self.adapt and not self._fixed_step:
+                self._dual = dual_averaging_update(
+                    self._dual, float(decision.accepted), self.target_accept
+                )
+                self.step_size = math.exp(self._dual.log_step)
+        self._decisions = decisions
+        return z, True
+
+    # ------------------------------------------------------------------ base hooks
+    def _adapt(self, theta: np.ndarray) -> None:
+        """The base's windows; a new preconditioner restarts dual averaging."""
+        super()._adapt(theta)
+        if self.precond is not self._precond_seen:
+            self._precond_seen = self.precond
+            if not self._fixed_step:
+                self._dual = dual_averaging_init(self.step_size)
+
+    def _adapt_step_size(self, final: bool) -> None:
+        """Dual averaging sets the scale (each decision); at the end, its averaged value."""
+        if final and not self._fixed_step:
+            self.step_size = math.exp(self._dual.log_step_avg)
+
+    def _watch_stability(self, diverging: bool, virial: float) -> None:
+        """Rejections keep the chain in place; no step halving."""
+
+    def _measure_noise_at(self, z: np.ndarray) -> None:
+        """No gradient-noise measurement: the accept test decides."""
+
+    def _extra_stats(self) -> dict[str, Any]:
+        decisions = self._decisions
+        count = max(len(decisions), 1)
+        rows = sum(d.rows for d in decisions) / count
+        early = [d.clt_error for d in decisions if d.finite and not d.exact]
+        accept_rate = sum(d.accepted for d in decisions) / count
+        clt = float(np.mean(early)) if early else math.nan
+        nonfinite = sum(not d.finite for d in decisions)
+        self._nonfinite_seen += nonfinite
+        if not self.tune and decisions:
+            self._kept_accepts.append(accept_rate)
+            self._kept_clt.extend(e for e in early if math.isfinite(e))
+        return {
+            "accepted": bool(decisions[-1].accepted) if decisions else False,
+            "accept_rate": accept_rate,
+            "n_steps": len(decisions),
+            "test_rows": rows,
+            "decision_fraction": rows / self.layer.n_rows,
+            "minibatches": sum(d.batches for d in decisions) / count,
+            "test_error": sum(d.delta for d in decisions) / count,
+            "clt_error": clt,
+            "exact_fraction": sum(d.exact for d in decisions) / count,
+            "nonfinite": nonfinite,
+        }
+
+    def _end_of_chain_check(self):
+        """Alarms of the decisions themselves: a chain that hardly moves, and a test whose
+        normal approximation is off by more than ``epsilon`` for the skewness seen."""
+        if self._draw_index != self._chain_tune + self._chain_draws:
+            return None
+        name, problems = type(self).__name__, []
+        if self._kept_accepts and np.mean(self._kept_accepts) < STICKY_ACCEPT:
+            problems.append(
+                f"{name}: the proposals were accepted {np.mean(self._kept_accepts):.1%} of the "
+                "time after tuning: the chain hardly moves. Tune longer or give a smaller "
+                "step_size."
+            )
+        if self.epsilon > 0 and self._kept_clt and np.mean(self._kept_clt) > self.epsilon:
+            problems.append(
+                f"{name}: the differences' skewness puts the t-test's error probability "
+                f"about {np.mean(self._kept_clt):.2g} off its nominal level (epsilon "
+                f"{self.epsilon:g}): {self.off_target_consequence} Raise batch_size, use "
+                "control variates, or lower epsilon."
+            )
+        if self.epsilon > 0 and self._nonfinite_seen:
+            problems.append(
+                f"{name}: {self._nonfinite_seen} proposals met rows whose log-likelihood was "
+                "not finite there (e.g. a bound of the likelihood's support that depends on a "
+                "parameter). A test that stops early reads only some rows and can accept a "
+                "proposal that such an unread row rules out: use epsilon=0 for this model, or "
+                "check the draws against the support."
+            )
+        if not problems:
+            return None
+        return self._raise_bias_warning(" ".join(problems))
