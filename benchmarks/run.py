@@ -79,8 +79,14 @@ class Config:
     is_df: float
     peer_steps: int
     methods: tuple[str, ...]
+    cores: tuple[int, ...]
     out_stem: str
 
+
+#: AusterityMH at the issue's grid: epsilon in {0, 0.01, 0.05, 0.1}, residual and plain tests
+#: (the plain test with the same Langevin proposal, so that only the test differs)
+AUSTERITY_GRID = [(eps, test) for test in ("residuals", "plain") for eps in (0.0, 0.01, 0.05, 0.1)]
+AUSTERITY = tuple(f"austerity_{test}_eps{eps:g}" for eps, test in AUSTERITY_GRID)
 
 ALL_METHODS = (
     "sghmc",
@@ -92,6 +98,7 @@ ALL_METHODS = (
     "ewsg",
     "sghmc_nocv",
     "ewsg_nocv",
+    *AUSTERITY,
     "nuts",
     "blackjax",
     "numpyro",
@@ -126,6 +133,15 @@ OURS = {
         {"control_variates": False, "step_size": 0.01, "batch_size": BATCH_SIZE},
         53,
     ),
+    **{
+        f"austerity_{test}_eps{eps:g}": (
+            f"ours AusterityMH eps={eps:g}, {test} test",
+            pmb.AusterityMH,
+            {"epsilon": eps, "test": test},
+            61,
+        )
+        for eps, test in AUSTERITY_GRID
+    },
 }
 
 
@@ -167,6 +183,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         help="methods to run (default: all)",
     )
     parser.add_argument(
+        "--cores",
+        nargs="+",
+        type=int,
+        default=[1, 2],
+        help="our samplers' pm.sample cores values (default: 1 2)",
+    )
+    parser.add_argument("--ours-tune", type=int, default=None, help="our tuning steps per chain")
+    parser.add_argument("--ours-draws", type=int, default=None, help="our draws per chain")
+    parser.add_argument(
         "--out",
         default=None,
         help="stem of the output files in benchmarks/results/ (default: latest; quick with "
@@ -184,8 +209,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         sizes=sizes,
         seed=args.seed,
         quick=args.quick,
-        ours_tune=200 if args.quick else 1000,
-        ours_draws=200 if args.quick else 1000,
+        ours_tune=args.ours_tune or (200 if args.quick else 1000),
+        ours_draws=args.ours_draws or (200 if args.quick else 1000),
         chains=2,
         nuts_tune=nuts_len(args.nuts_tune),
         nuts_draws=nuts_len(args.nuts_draws),
@@ -193,6 +218,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         is_df=10.0,
         peer_steps=4000 if args.quick else 20_000,
         methods=tuple(args.methods),
+        cores=tuple(args.cores),
         out_stem=args.out or ("quick" if args.quick else "latest"),
     )
 
@@ -542,7 +568,7 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
         warm_s = time.perf_counter() - t0
     compile_s = (setup_s - map_s) + warm_s
     results = []
-    for cores in (1, 2):
+    for cores in config.cores:
         res = MethodResult(method=label, cores=cores, setup_s=setup_s, compile_s=compile_s)
         try:
             with quiet_sampling():
@@ -590,6 +616,8 @@ def run_ours(kind: str, data: Dataset, ref: Reference, config: Config) -> list[M
             res.notes = _hmcecs_notes(idata, res, res.extra)
         if kind.startswith("ewsg"):
             res.notes = _ewsg_notes(idata, res, res.extra)
+        if kind.startswith("austerity"):
+            res.notes = _austerity_notes(idata, res, res.extra)
         res.notes += divergence_note(div_tune, div_draws)
         results.append(res)
     return results
@@ -623,6 +651,26 @@ def _ewsg_notes(idata, res: MethodResult, extra: dict) -> str:
         f"eps={extra['step_size']:.3g} x {extra['inner_steps']}, 2 x {extra['batch_size']} "
         f"rows per step, index accept {extra['index_accept']:.2f}, noise share "
         f"{extra['noise_share']:.2g}, {rows / res.min_ess:,.0f} rows per ESS (kept draws)"
+    )
+
+
+def _austerity_notes(idata, res: MethodResult, extra: dict) -> str:
+    """Proposal scale x decisions per draw, rows per decision, acceptance, the share of
+    decisions that read every row, and rows per effective draw (kept draws)."""
+    kept = idata.sample_stats
+    rows = float(kept["rows_touched"].sum())
+    extra.update(
+        kept_rows=rows,
+        rows_per_decision=float(kept["test_rows"].mean()),
+        accept=float(kept["accept_rate"].mean()),
+        exact_fraction=float(kept["exact_fraction"].mean()),
+        minibatches=float(kept["minibatches"].mean()),
+    )
+    return (
+        f"h={extra['step_size']:.3g} x {extra['inner_steps']}, "
+        f"{extra['rows_per_decision']:,.0f} rows ({extra['minibatches']:.2g} minibatches) per "
+        f"decision, accept {extra['accept']:.2f}, {extra['exact_fraction']:.1%} decisions "
+        f"read all rows, {rows / res.min_ess:,.0f} rows per ESS (kept draws)"
     )
 
 

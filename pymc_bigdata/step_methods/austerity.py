@@ -54,6 +54,7 @@ LANGEVIN_DECISIONS = 1.5
 STICKY_ACCEPT = 0.05
 
 PROPOSALS = ("rw", "langevin", "sgld")
+TESTS = ("residuals", "plain")
 
 
 class _Decision(NamedTuple):
@@ -145,19 +146,29 @@ class AusterityMH(SubsamplingStep):
         inner_steps: int | None = None,
         target_accept: float | None = None,
         control_variates: bool | str = True,
+        test: str | None = None,
         **kwargs,
     ):
         if isinstance(epsilon, bool) or not (
             isinstance(epsilon, int | float) and 0.0 <= epsilon < 1.0
         ):
             raise ValueError(f"epsilon must be a number in [0, 1), got {epsilon!r}.")
+        without_cv = control_variates in (False, "none")
         if proposal is not None and proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}.")
-        if proposal == "langevin" and control_variates in (False, "none"):
+        if proposal == "langevin" and without_cv:
             raise ValueError(
                 "proposal='langevin' drifts along the control variates' Taylor model, so it "
                 "needs control variates; use proposal='sgld' or 'rw' with control_variates=False."
             )
+        if test is not None and test not in TESTS:
+            raise ValueError(f"test must be one of {TESTS}, got {test!r}.")
+        if test == "residuals" and without_cv:
+            raise ValueError(
+                "test='residuals' reads the rows' residuals against the control variates; "
+                "with control_variates=False use test='plain'."
+            )
+        self.test = test or ("plain" if without_cv else "residuals")
         if target_accept is not None and not (
             isinstance(target_accept, int | float) and 0 < target_accept < 1
         ):
@@ -249,7 +260,9 @@ class AusterityMH(SubsamplingStep):
         value = float(value)
         if self.anchor is not None:
             cv_value, cv_grad = control_variate_sum(theta, self.anchor, self.cv_order)
-            value, grad = value + cv_value, grad + cv_grad
+            grad = grad + cv_grad
+            if self.test == "residuals":
+                value += cv_value
         drift = self.precond.grad_z(grad) if self.proposal == "langevin" else None
         self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
         return value, drift
@@ -258,7 +271,8 @@ class AusterityMH(SubsamplingStep):
         """``next_differences`` of the test: the next rows of a fresh permutation, their
         residual (or plain) differences between ``theta`` and ``theta_new``."""
         self._permutation.start(self.rng)
-        terms, anchor, order = self.layer.difference_terms, self.anchor, self.cv_order
+        terms, order = self.layer.difference_terms, self.cv_order
+        anchor = self.anchor if self.test == "residuals" else None
 
         def next_differences(k: int) -> np.ndarray:
             rows = self.layer.take_rows(self._permutation.next(k))

@@ -47,6 +47,8 @@ def logistic(small_logistic):
         ({"proposal": "hmc"}, r"proposal must be one of \('rw', 'langevin', 'sgld'\)"),
         ({"proposal": "langevin", "control_variates": False}, r"needs control variates"),
         ({"target_accept": 1.0}, r"target_accept must be in \(0, 1\)"),
+        ({"test": "z"}, r"test must be one of \('residuals', 'plain'\)"),
+        ({"test": "residuals", "control_variates": False}, r"with control_variates=False"),
         ({"inner_steps": 0}, r"inner_steps must be a positive integer"),
         ({"batch_size": 0}, r"batch_size"),
         ({"batch_size": 10**7}, r"batch_size"),
@@ -93,6 +95,7 @@ def _record_decisions(monkeypatch):
     [
         {"proposal": "rw", "control_variates": False},
         {"proposal": "langevin"},
+        {"proposal": "langevin", "test": "plain"},
         {"proposal": "sgld", "control_variates": "first"},
     ],
 )
