@@ -86,7 +86,11 @@ class Config:
 #: AusterityMH at the issue's grid: epsilon in {0, 0.01, 0.05, 0.1}, residual and plain tests
 #: (the plain test with the same Langevin proposal, so that only the test differs)
 AUSTERITY_GRID = [(eps, test) for test in ("residuals", "plain") for eps in (0.0, 0.01, 0.05, 0.1)]
-AUSTERITY = tuple(f"austerity_{test}_eps{eps:g}" for eps, test in AUSTERITY_GRID)
+AUSTERITY = (
+    *(f"austerity_{test}_eps{eps:g}" for eps, test in AUSTERITY_GRID),
+    "austerity_rw",
+    "austerity_sgld",
+)
 
 ALL_METHODS = (
     "sghmc",
@@ -142,6 +146,9 @@ OURS = {
         )
         for eps, test in AUSTERITY_GRID
     },
+    # the default's Langevin proposal (drift: the Taylor model, no rows) against the paper's
+    "austerity_rw": ("ours AusterityMH, random walk", pmb.AusterityMH, {"proposal": "rw"}, 61),
+    "austerity_sgld": ("ours AusterityMH, SGLD", pmb.AusterityMH, {"proposal": "sgld"}, 61),
 }
 
 

@@ -54,6 +54,12 @@ __all__ = [
 ]
 
 
+#: with epsilon = 0 no look can stop the test, so the rows are read in chunks of this many
+#: (at least ``batch_size``) rather than minibatch by minibatch: the same decision, with
+#: far fewer calls
+EXACT_CHUNK = 65_536
+
+
 class SequentialTestResult(NamedTuple):
     """One decision of Algorithm 1.
 
@@ -147,11 +153,13 @@ def sequential_test(
     batch_size
         ``m``, rows per minibatch (the last one may be smaller).
     epsilon
-        The test's level ``epsilon`` in ``[0, 1)``; 0 uses every row (exact MH).
+        The test's level ``epsilon`` in ``[0, 1)``; 0 uses every row (exact MH), read in
+        chunks of ``EXACT_CHUNK`` rows.
     """
     moments, batches = _Moments(), 0
+    step = batch_size if epsilon > 0.0 else max(batch_size, EXACT_CHUNK)
     while True:
-        k = min(batch_size, n_rows - moments.n)
+        k = min(step, n_rows - moments.n)
         moments.add(np.asarray(next_differences(k), dtype=np.float64))
         batches += 1
         n, mean = moments.n, moments.mean()
