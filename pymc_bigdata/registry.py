@@ -3,7 +3,8 @@
 Importing :mod:`pymc_bigdata` appends :class:`~pymc_bigdata.SGLD`,
 :class:`~pymc_bigdata.SGHMC`, :class:`~pymc_bigdata.SBPS`, :class:`~pymc_bigdata.pSBPS`,
 :class:`~pymc_bigdata.HMCECS`, :class:`~pymc_bigdata.EWSG` and
-:class:`~pymc_bigdata.AusterityMH` to PyMC's ``STEP_METHODS``.
+:class:`~pymc_bigdata.AusterityMH` (continuous variables) and
+:class:`~pymc_bigdata.AusterityGibbs` (binary ones) to PyMC's ``STEP_METHODS``.
 Their competence is ``COMPATIBLE``, below NUTS's ``PREFERRED``, so ``pm.sample()`` never picks
 them on its own.
 Inside ``with pmb.prefer(pmb.SGHMC):`` they claim every continuous variable, so
@@ -19,6 +20,7 @@ import pymc.step_methods as pm_steps
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.step_methods.austerity import AusterityMH
+from pymc_bigdata.step_methods.austerity_gibbs import AusterityGibbs
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.ewsg import EWSG
 from pymc_bigdata.step_methods.hmcecs import HMCECS
@@ -31,7 +33,7 @@ __all__ = ["prefer", "register"]
 
 def register() -> None:
     """Append our step methods to ``pymc.step_methods.STEP_METHODS`` (idempotent)."""
-    for cls in (SGLD, SGHMC, SBPS, pSBPS, HMCECS, EWSG, AusterityMH):
+    for cls in (SGLD, SGHMC, SBPS, pSBPS, HMCECS, EWSG, AusterityMH, AusterityGibbs):
         if cls not in pm_steps.STEP_METHODS:
             pm_steps.STEP_METHODS.append(cls)
 

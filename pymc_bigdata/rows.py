@@ -266,12 +266,17 @@ class LazyPermutation:
     def _fresh(self, k: int) -> np.ndarray:
         """``k`` rows not out yet, each uniform over those left, in order of drawing."""
         kept = np.empty(0, dtype=np.int64)
+        left = self.n_rows - self._count  # rows not out yet (at least half of them)
         while len(kept) < k:
-            candidates = self.rng.integers(0, self.n_rows, size=k - len(kept))
+            # enough draws for the rows still wanted, at the rate new rows turn up: one
+            # round almost always (the draws beyond the k-th new row are dropped unread)
+            need = k - len(kept)
+            size = int(1.25 * need * self.n_rows / (left - len(kept))) + 16
+            candidates = self.rng.integers(0, self.n_rows, size=size)
             candidates = candidates[~self._out[candidates]]
             candidates = np.concatenate([kept, candidates])
             _, first = np.unique(candidates, return_index=True)
-            kept = candidates[np.sort(first)]  # first occurrences, in order
+            kept = candidates[np.sort(first)][:k]  # first occurrences, in order
         return kept
 
 

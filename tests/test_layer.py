@@ -716,3 +716,33 @@ def test_set_data_makes_the_layer_stale():
     with model:
         pm.set_data({"x": x + 1.0})
     assert not layer.data_is_current()
+
+
+def test_held_variables_are_inputs_with_their_own_map():
+    """A layer over the continuous variables of a model with a binary one holds it: the
+    per-row terms follow the held value, and each held value gets its own MAP."""
+    from pymc_bigdata.datasets import variable_selection_data, variable_selection_model
+
+    X, y, _ = variable_selection_data(2_000, seed=3)
+    model = variable_selection_model(X, y)
+    layer = pmb.MinibatchModel(model, vars=[model["beta"]])
+    assert [v.name for v in layer.held_vars] == ["include"] and layer.dim == 6
+    point = model.initial_point()
+    point["include"] = np.array([1, 0, 1, 0, 1, 0])
+    held = layer.held_from_point(point)
+    assert layer.hold(held) and not layer.hold(held)
+    rows = layer.take_rows(np.arange(50))
+    beta = np.linspace(-0.1, 0.1, 6)
+    mean = X[:50] @ (held * beta)
+    np.testing.assert_allclose(
+        layer.row_logp(beta, rows), -0.5 * (y[:50] - mean) ** 2 - 0.5 * np.log(2 * np.pi)
+    )
+    some = layer.map_estimate().theta.copy()
+    layer.hold(np.ones(6))
+    every = layer.map_estimate().theta
+    assert np.all(some[held == 0] == pytest.approx(0.0, abs=1e-6))  # the prior's mode
+    assert not np.allclose(every[held == 0], 0.0, atol=1e-4)
+    layer.hold(held)
+    np.testing.assert_array_equal(layer.map_estimate().theta, some)  # kept, not re-fitted
+    with pytest.raises(pmb.ModelNotSupportedError, match=r"'beta' is continuous"):
+        pmb.MinibatchModel(model, vars=[model["beta"]], discrete=True)

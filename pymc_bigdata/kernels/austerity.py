@@ -28,6 +28,12 @@ random walk ``z' = z + h xi``, and the Langevin proposal ``z' = z + (h^2 / 2) g(
 whose drift ``g`` may be a minibatch gradient as long as the same minibatch gives ``g`` at
 both ends (the mixture-kernel argument of Sec. 6.2: each minibatch's kernel is reversible).
 
+Approximate Gibbs (Sec. 5) updates a binary variable ``x_j`` by the same test: set
+``x_j = 1`` iff ``log[u / (1 - u)] < log P(x_j = 1 | x_-j) - log P(x_j = 0 | x_-j)``, the
+conditional log-odds, whose row part is ``sum_i l_i`` with ``l_i = log f_i(x_j = 1, x_-j) -
+log f_i(x_j = 0, x_-j)``; so ``mu_0 = (log[u / (1 - u)] - known) / N`` with ``known`` the
+log prior odds (:func:`gibbs_decision`).
+
 This module is pure: the differences ``l_i`` come from a callback, one minibatch at a time,
 in the order of a random permutation that the caller owns.
 """
@@ -39,12 +45,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 __all__ = [
     "MHDecision",
     "Proposal",
     "SequentialTestResult",
+    "gibbs_decision",
     "langevin_proposal",
     "mh_decision",
     "mh_threshold",
@@ -170,7 +177,7 @@ def sequential_test(
         t = t_statistic(mean, moments.var(), n, mu0, n_rows)
         if not math.isfinite(t):  # identical differences so far: no evidence about the rest
             continue
-        delta = float(stats.t.sf(abs(t), df=n - 1))
+        delta = float(special.stdtr(n - 1, -abs(t)))  # Student-t tail, 1 - F(|t|)
         if delta < epsilon:
             clt = edgeworth_error(moments.skewness(), t, n)
             return SequentialTestResult(mean > mu0, n, batches, delta, mean, clt)
@@ -239,3 +246,26 @@ def mh_decision(
     mu0 = mh_threshold(log_u, known_log_ratio, proposal.log_ratio, n_rows)
     test = sequential_test(mu0, next_differences, n_rows, batch_size, epsilon)
     return MHDecision(test, log_u, mu0)
+
+
+def gibbs_decision(
+    known_log_odds: float,
+    next_differences: Callable[[int], np.ndarray],
+    n_rows: int,
+    batch_size: int,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> MHDecision:
+    """Draw a binary variable from its conditional by the sequential test (Sec. 5).
+
+    The conditional log-odds of ``x_j = 1`` is ``known_log_odds + sum_i l_i``: the log prior
+    odds plus the rows' differences ``l_i = l_i(x_j = 1) - l_i(x_j = 0)``, which
+    ``next_differences`` hands out. The new value is 1 iff ``log[u / (1 - u)]`` is below it,
+    i.e. iff ``mean l > mu_0 = (log[u / (1 - u)] - known_log_odds) / N``: ``test.accept`` is
+    the new value. ``log_u`` holds ``log[u / (1 - u)]``.
+    """
+    u = rng.uniform()
+    logit_u = math.log(u) - math.log1p(-u)
+    mu0 = (logit_u - known_log_odds) / n_rows
+    test = sequential_test(mu0, next_differences, n_rows, batch_size, epsilon)
+    return MHDecision(test, logit_u, mu0)

@@ -362,6 +362,12 @@ class AusterityMH(SubsamplingStep):
             if not self._fixed_step:
                 self._dual = dual_averaging_init(self.step_size)
 
+    def _switch_configuration(self) -> None:
+        """Another configuration's Laplace fit: its coordinates suit the same scale, so dual
+        averaging goes on."""
+        super()._switch_configuration()
+        self._precond_seen = self.precond
+
     def _adapt_step_size(self, final: bool) -> None:
         """Dual averaging sets the scale (each decision); at the end, its averaged value."""
         if final and not self._fixed_step:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pymc as pm
-from pymc.blocking import RaveledVars
+from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.logprob.utils import ParameterValueError
 from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
@@ -41,7 +41,7 @@ from pymc_bigdata.adaptation import (
 from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import RowIndexSampler, check_batch_size
-from pymc_bigdata.step_methods.diagnostics import ChainMonitor
+from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
@@ -120,6 +120,10 @@ BATCH_CHANGE = 1.25
 #: second order is chosen when its worst noise variance is below this fraction of first
 #: order's and first order's would limit the step size
 SECOND_ORDER_GAIN = 0.5
+
+#: Laplace fits kept for configurations of held (discrete) variables; the oldest is dropped
+#: beyond (a configuration met again is then re-fitted)
+MAX_CONFIGURATIONS = 256
 
 
 class SubsamplingStep(ArrayStepShared):
@@ -251,6 +255,8 @@ class SubsamplingStep(ArrayStepShared):
         self.inner_steps = self._check_inner_steps(inner_steps)
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
+        self._initial_key = self._configuration_key = self.layer.held_key
+        self._configurations = {self._initial_key: self._configuration()}
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = RowIndexSampler(
@@ -271,9 +277,9 @@ class SubsamplingStep(ArrayStepShared):
         """Check a subclass's settings that need the layer (its dimension), before the
         full-data MAP search."""
 
-    def _set_up_laplace(self) -> None:
+    def _set_up_laplace(self, start: np.ndarray | None = None) -> None:
         """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""
-        fit = self.layer.map_estimate()
+        fit = self.layer.map_estimate(start)
         self.map_problem = fit.problem
         if self.map_problem is None:
             center, precision = fit.theta, fit.hessian
@@ -305,6 +311,38 @@ class SubsamplingStep(ArrayStepShared):
         self.cv_order = {"none": 0, "first": 1, "second": 2, "auto": 2 if has_curvature else 1}[
             self.cv_mode
         ]
+
+    # ------------------------------------------------------------------ held variables
+    def _configuration(self) -> tuple:
+        return (self.laplace, self.anchor, self.cv_order, self.map_problem)
+
+    def step(self, point):
+        """PyMC's step; first the held (discrete) variables' values from ``point``."""
+        if self.layer.held_vars:
+            self.layer.hold(self.layer.held_from_point(point))
+            if self.layer.held_key != self._configuration_key:
+                self._switch_configuration()
+        return step_own_vars(self, point)
+
+    def _switch_configuration(self) -> None:
+        """The held variables changed (another step of a compound step moved them): the
+        conditional target is another one, so are its mode, curvature and control variates.
+        Each configuration of the held values gets its own Laplace fit and anchor, found the
+        first time it is met (a MAP search from the chain's last point) and kept; the
+        kernel restarts in that fit's coordinates. The step size (in those coordinates) and
+        the batch size carry over."""
+        key = self.layer.held_key
+        if key not in self._configurations:
+            if len(self._configurations) >= MAX_CONFIGURATIONS:
+                self._configurations.pop(next(iter(self._configurations)))
+            self._set_up_laplace(self._last_theta)
+            self._configurations[key] = self._configuration()
+        self.laplace, self.anchor, self.cv_order, self.map_problem = self._configurations[key]
+        self.precond = self.laplace
+        self._configuration_key = key
+        self._last_theta = None  # astep restarts the kernel in the new coordinates
+        self._lp_track = _LogDensityTrack()  # another target: its level is not comparable
+        self._reset_kernel_state()
 
     def _find_census(self, enabled: bool) -> np.ndarray:
         """Indices of the census stratum (empty when no row stands out)."""
@@ -439,6 +477,12 @@ class SubsamplingStep(ArrayStepShared):
         self._init_buffer, self._windows, self._terminal_start = window_ends(
             self._chain_tune if self.adapt else 0
         )
+        if self.layer.held_vars:
+            # each configuration of the held variables keeps its own Laplace fit: the
+            # tuning windows' draws (from several configurations) re-fit nothing
+            self._windows = []
+            self._configuration_key = self._initial_key
+            self.map_problem = self._configurations[self._initial_key][3]
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
         self._noise = _NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
@@ -750,12 +794,7 @@ class SubsamplingStep(ArrayStepShared):
 
     def _raise_bias_warning(self, message: str) -> SamplerWarning:
         """Warn now, and hand PyMC the same message for its end-of-sampling report."""
-        from pymc.stats.convergence import WarningType
-
-        from pymc_bigdata.errors import BiasWarning
-
-        warnings.warn(message, BiasWarning, stacklevel=4)
-        return SamplerWarning(WarningType.CONVERGENCE, message, "warn")
+        return bias_warning(message, stacklevel=5)
 
     # ------------------------------------------------------------------ adaptation
     def _adapt(self, theta: np.ndarray) -> None:
@@ -1081,6 +1120,14 @@ class _Mean:
     def add(self, x: np.ndarray) -> None:
         self.count += 1
         self.mean = self.mean + (x - self.mean) / self.count
+
+
+def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:
+    """``step.astep`` on the step's own variables of ``point`` (a compound step's point holds
+    every free variable), the others passed through unchanged."""
+    own = {name: point[name] for name in step.var_names}
+    new, stats = step.astep(DictToArrayBijection.map(own))
+    return DictToArrayBijection.rmap(new, start_point=point), stats
 
 
 def _diagonal(cov: np.ndarray) -> np.ndarray:

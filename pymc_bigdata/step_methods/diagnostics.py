@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-__all__ = ["ALARM_TOLERANCE", "ALARM_Z", "ChainMonitor", "temperature_alarm"]
+__all__ = ["ALARM_TOLERANCE", "ALARM_Z", "ChainMonitor", "bias_warning", "temperature_alarm"]
 
 #: allowed relative deviation of the virial / kinetic temperature from 1
 ALARM_TOLERANCE = 0.15
@@ -90,3 +90,16 @@ class ChainMonitor:
             "use more tuning draws, or check the model (see the sampler statistics "
             "'virial', 'noise_share' and 'kinetic_energy')."
         )
+
+
+def bias_warning(message: str, stacklevel: int = 4):
+    """Warn now (a :class:`~pymc_bigdata.BiasWarning`), and return the same message as a
+    PyMC ``SamplerWarning`` for its end-of-sampling report."""
+    import warnings
+
+    from pymc.stats.convergence import SamplerWarning, WarningType
+
+    from pymc_bigdata.errors import BiasWarning
+
+    warnings.warn(message, BiasWarning, stacklevel=stacklevel)
+    return SamplerWarning(WarningType.CONVERGENCE, message, "warn")

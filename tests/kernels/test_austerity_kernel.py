@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_bigdata.kernels.austerity import mh_threshold, sequential_test, t_statistic
+from pymc_bigdata.kernels.austerity import (
+    gibbs_decision,
+    mh_threshold,
+    sequential_test,
+    t_statistic,
+)
 
 
 def _permuted(population: np.ndarray, rng: np.random.Generator):
@@ -81,3 +86,33 @@ def test_t_statistic_null_law_without_replacement():
     law = stats.t(df=n - 1)
     assert stats.kstest(ts, law.cdf).pvalue > 1e-3
     assert stats.kstest(naive, law.cdf).pvalue < 1e-6
+
+
+def test_gibbs_decision_at_epsilon_zero_is_exact_gibbs():
+    """With epsilon = 0 each draw is exact Gibbs's: 1 iff ``log[u / (1 - u)]`` is below the
+    conditional log-odds (prior odds plus the row sum), for the same u."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        population = rng.standard_normal(2_001) * rng.uniform(0.1, 2.0) + rng.normal(0, 0.002)
+        known = rng.normal(0, 3)
+        decision = gibbs_decision(known, _permuted(population, rng), 2_001, 100, 0.0, rng)
+        log_odds = known + population.sum()
+        assert decision.test.rows == 2_001
+        assert decision.test.accept == (decision.log_u < log_odds)
+        assert decision.mu0 == pytest.approx((decision.log_u - known) / 2_001)
+
+
+def test_gibbs_decision_draws_the_conditional_law():
+    """Over many draws the share of ones is the conditional probability sigma(log-odds), for
+    clear and balanced conditionals (binomial 4-sigma band)."""
+    rng = np.random.default_rng(5)
+    population = rng.standard_normal(1_000) * 0.05
+    population -= population.mean()
+    for log_odds in (-2.0, 0.0, 1.0):
+        known = log_odds - population.sum()
+        ones = sum(
+            gibbs_decision(known, _permuted(population, rng), 1_000, 100, 0.0, rng).test.accept
+            for _ in range(4_000)
+        )
+        p = 1.0 / (1.0 + np.exp(-log_odds))
+        assert abs(ones / 4_000 - p) <= 4 * np.sqrt(p * (1 - p) / 4_000)

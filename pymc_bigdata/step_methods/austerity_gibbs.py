@@ -1,0 +1,343 @@
+"""Approximate Gibbs sampling of binary variables by the sequential test (Korattikara et al. 2014,
+Sec. 5).
+
+Each draw visits every binary coordinate ``x_j`` of the step's variables once, in a fresh
+random order, and sets it from its full conditional given the others and the held
+(continuous) variables: ``x_j = 1`` iff ``log[u / (1 - u)]`` is below the conditional
+log-odds, the log prior odds plus ``sum_i l_i`` with
+``l_i = log p(y_i | x_j = 1, ...) - log p(y_i | x_j = 0, ...)``. The sum is decided by the
+sequential t-test of Algorithm 1 (:func:`~pymc_bigdata.kernels.austerity.gibbs_decision`) on
+rows drawn without replacement; ``epsilon=0`` reads every row (exact Gibbs). Theorem 2 bounds
+the stationary law's error by the conditionals' error over one minus the Dobrushin
+coefficient.
+
+The continuous variables are held: a continuous step beside it in a compound step moves them
+(``step=[pmb.AusterityGibbs([gamma]), pmb.AusterityMH([beta])]``), and gives each
+configuration of the binary variables its own Laplace fit and control-variate anchor (see
+:meth:`~pymc_bigdata.step_methods.base.SubsamplingStep._switch_configuration`). The test
+reads the plain differences: a flip is no small move, so a Taylor proxy would not shrink them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.logprob.utils import ParameterValueError
+from pymc.stats.convergence import SamplerWarning
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+
+from pymc_bigdata.kernels.austerity import gibbs_decision
+from pymc_bigdata.layer import MinibatchModel
+from pymc_bigdata.rows import LazyPermutation, check_batch_size
+from pymc_bigdata.step_methods.base import step_own_vars
+from pymc_bigdata.step_methods.diagnostics import bias_warning
+
+__all__ = ["AusterityGibbs"]
+
+#: rows per minibatch of the sequential test (the paper's experiments use 500)
+DEFAULT_TEST_BATCH = 500
+
+#: the test's per-look level: a flip's differences do not shrink (no Taylor proxy), so the
+#: sequential test's many looks make the paper's 0.05 err on 13 % of the updates of the
+#: variable-selection example (docs/austerity.md); 0.001 errs on 0.7 %
+DEFAULT_EPSILON = 0.001
+
+
+class _Update(NamedTuple):
+    """What one coordinate's update did (for the statistics)."""
+
+    flipped: bool
+    rows: int
+    batches: int
+    delta: float
+    clt_error: float
+    exact: bool
+    finite: bool
+
+
+class _Decisive(Exception):
+    """A row ruled one value out (its difference is infinite): the conditional is certain."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+
+class _NaNRow(Exception):
+    """A row difference that is NaN: the conditional is undefined there."""
+
+
+class AusterityGibbs(ArrayStepShared):
+    """Approximate Gibbs updates of binary variables whose conditional log-odds is a row sum.
+
+    Parameters
+    ----------
+    vars
+        The binary free variables to update (``pm.Bernoulli``; default: every discrete free
+        variable). The model's other free variables are held at their current values.
+    epsilon
+        The test's per-look error level in ``[0, 1)`` (default 0.001); 0 reads every row
+        (exact Gibbs). The paper's 0.05 is far too loose here: the share of wrong updates
+        grows with the number of looks (see ``docs/austerity.md``).
+    batch_size
+        Rows per minibatch of the test (default ``min(500, N)``).
+    model
+        The PyMC model (default: the one in context).
+    layer
+        A discrete :class:`~pymc_bigdata.MinibatchModel` (``discrete=True``) to reuse.
+    rng
+        Seed or generator; ``pm.sample`` replaces it per chain.
+
+    Notes
+    -----
+    Statistics per draw (one sweep): ``flips`` (coordinates whose value changed),
+    ``updates`` (coordinates visited), ``test_rows`` and ``decision_fraction`` (mean rows per
+    update, and as a fraction of ``N``), ``minibatches`` (per update), ``test_error`` (the
+    mean final p-value δ), ``clt_error`` (the Edgeworth estimate of the t-test's level error
+    over the updates that stopped early), ``exact_fraction`` (updates that read every row),
+    ``rows_touched`` and ``data_fraction`` (rows read in the sweep), ``nonfinite`` and
+    ``diverging`` (updates whose conditional was NaN; the value is then kept).
+    """
+
+    name = "austerity_gibbs"
+    default_blocked = True
+
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
+        "flips": (np.int64, []),
+        "updates": (np.int64, []),
+        "test_rows": (np.float64, []),
+        "decision_fraction": (np.float64, []),
+        "minibatches": (np.float64, []),
+        "test_error": (np.float64, []),
+        "clt_error": (np.float64, []),
+        "exact_fraction": (np.float64, []),
+        "rows_touched": (np.int64, []),
+        "data_fraction": (np.float64, []),
+        "nonfinite": (np.int64, []),
+        "diverging": (bool, []),
+        "tune": (bool, []),
+        "warning": (SamplerWarning, None),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        epsilon: float = DEFAULT_EPSILON,
+        batch_size: int | None = None,
+        model=None,
+        layer: MinibatchModel | None = None,
+        rng=None,
+        blocked: bool = True,
+        mode=None,
+        initial_point=None,
+        compile_kwargs: dict | None = None,
+    ):
+        if isinstance(epsilon, bool) or not (
+            isinstance(epsilon, int | float) and 0.0 <= epsilon < 1.0
+        ):
+            raise ValueError(f"epsilon must be a number in [0, 1), got {epsilon!r}.")
+        model = pm.modelcontext(model)
+        vars = _binary_vars(model, vars)
+        if mode is None and compile_kwargs:
+            mode = compile_kwargs.get("mode")
+        if layer is None:
+            layer = MinibatchModel(model, vars, mode=mode, discrete=True)
+        elif layer.model is not model or not layer.discrete:
+            raise ValueError("layer= must be a MinibatchModel(model, vars, discrete=True).")
+        self.layer = layer
+        if batch_size is None:
+            batch_size = min(DEFAULT_TEST_BATCH, layer.n_rows)
+        check_batch_size(batch_size, layer.n_rows)
+        self.batch_size = int(batch_size)
+        self.epsilon = float(epsilon)
+        layer.check_row_factorisation(gradient_free=True)
+        super().__init__(layer.value_vars, {}, blocked=blocked, rng=rng)
+        self._permutation = LazyPermutation(layer.n_rows, self.rng)
+        self.tune = True
+        self._chain_length = 0
+        self._reset_chain_state()
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Compatible with Bernoulli variables; PyMC's BinaryGibbsMetropolis stays the
+        automatic choice."""
+        rv_op = getattr(getattr(var, "owner", None), "op", None)
+        if isinstance(rv_op, type(pm.Bernoulli.rv_op)):
+            return Competence.COMPATIBLE
+        return Competence.INCOMPATIBLE
+
+    # ------------------------------------------------------------------ chain lifecycle
+    def setup_chain(self, rng, tune: int, draws: int) -> None:
+        super().setup_chain(rng, tune, draws)
+        self._chain_length = int(tune) + int(draws)
+        self._reset_chain_state()
+
+    def reset_tuning(self) -> None:
+        self._reset_chain_state()
+
+    def _reset_chain_state(self) -> None:
+        self.tune = True
+        self._draw_index = 0
+        self._kept_clt: list[float] = []
+        self._nonfinite_seen = 0
+
+    # ------------------------------------------------------------------ PyMC step
+    def step(self, point):
+        """PyMC's step; first the held (continuous) variables' values from ``point``."""
+        self.layer.hold(self.layer.held_from_point(point))
+        return step_own_vars(self, point)
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        x = np.array(q0.data, dtype=np.float64)
+        updates = []
+        for j in self.rng.permutation(len(x)):
+            x, update = self._update(x, int(j))
+            updates.append(update)
+        self._draw_index += 1
+        stats = self._stats(updates)
+        if not self.tune:
+            stats["warning"] = self._end_of_chain_check()
+        data = x.astype(q0.data.dtype)
+        return RaveledVars(data, q0.point_map_info), [stats]
+
+    # ------------------------------------------------------------------ one coordinate
+    def _update(self, x: np.ndarray, j: int) -> tuple[np.ndarray, _Update]:
+        """Draw ``x_j`` from its conditional by the sequential test."""
+        one, zero = x.copy(), x.copy()
+        one[j], zero[j] = 1.0, 0.0
+        current = int(x[j])
+        try:
+            known = self.layer.prior_logp(one) - self.layer.prior_logp(zero)
+        except ParameterValueError:
+            known = math.nan
+        if math.isinf(known) and not math.isnan(known):
+            return (one if known > 0 else zero), _Update(
+                int(known > 0) != current, 0, 0, 0.0, math.nan, True, True
+            )
+        if math.isnan(known):
+            return x, _Update(False, 0, 0, 0.0, math.nan, False, False)
+        self._permutation.start(self.rng)
+        try:
+            test = gibbs_decision(
+                known,
+                self._row_differences(one, zero),
+                self.layer.n_rows,
+                self.batch_size,
+                self.epsilon,
+                self.rng,
+            ).test
+        except _Decisive as certain:
+            value = certain.value
+            new = one if value else zero
+            return new, _Update(
+                value != current, self._permutation.drawn, 0, 0.0, math.nan, False, True
+            )
+        except _NaNRow:
+            return x, _Update(False, self._permutation.drawn, 0, 0.0, math.nan, False, False)
+        value = int(test.accept)
+        exact = test.rows >= self.layer.n_rows
+        update = _Update(
+            value != current,
+            test.rows,
+            test.batches,
+            test.delta,
+            math.nan if exact else test.clt_error,
+            exact,
+            True,
+        )
+        return (one if value else zero), update
+
+    def _row_differences(self, one: np.ndarray, zero: np.ndarray):
+        """``next_differences`` of the test: ``l_i(x_j = 1) - l_i(x_j = 0)`` on the next
+        rows of the permutation."""
+        layer = self.layer
+
+        def next_differences(k: int) -> np.ndarray:
+            rows = layer.take_rows(self._permutation.next(k))
+            try:
+                d = layer.difference_terms.differences(one, zero, rows, None, -1)
+            except ParameterValueError as exc:
+                raise _NaNRow from exc
+            if np.any(np.isnan(d)):
+                raise _NaNRow
+            if np.any(np.isinf(d)):
+                signs = np.sign(d[np.isinf(d)])
+                if np.all(signs > 0) or np.all(signs < 0):
+                    raise _Decisive(int(signs[0] > 0))
+                raise _NaNRow  # a row rules out each value: no value is possible
+            return d
+
+        return next_differences
+
+    # ------------------------------------------------------------------ statistics
+    def _stats(self, updates: list[_Update]) -> dict[str, Any]:
+        count = max(len(updates), 1)
+        n_rows = self.layer.n_rows
+        rows_touched = sum(u.rows for u in updates)
+        early = [u.clt_error for u in updates if u.finite and not math.isnan(u.clt_error)]
+        nonfinite = sum(not u.finite for u in updates)
+        self._nonfinite_seen += nonfinite
+        if not self.tune:
+            self._kept_clt.extend(early)
+        return {
+            "flips": sum(u.flipped for u in updates),
+            "updates": len(updates),
+            "test_rows": rows_touched / count,
+            "decision_fraction": rows_touched / count / n_rows,
+            "minibatches": sum(u.batches for u in updates) / count,
+            "test_error": sum(u.delta for u in updates) / count,
+            "clt_error": float(np.mean(early)) if early else math.nan,
+            "exact_fraction": sum(u.exact for u in updates) / count,
+            "rows_touched": rows_touched,
+            "data_fraction": rows_touched / n_rows,
+            "nonfinite": nonfinite,
+            "diverging": nonfinite > 0,
+            "tune": self.tune,
+            "warning": None,
+        }
+
+    def _end_of_chain_check(self) -> SamplerWarning | None:
+        """Alarms after the chain's last draw: a t-test whose normal approximation is off by
+        more than ``epsilon``, and conditionals that were not defined."""
+        if self._draw_index != self._chain_length:
+            return None
+        name, problems = type(self).__name__, []
+        if self.epsilon > 0 and self._kept_clt and np.mean(self._kept_clt) > self.epsilon:
+            problems.append(
+                f"{name}: the differences' skewness puts the t-test's error probability "
+                f"about {np.mean(self._kept_clt):.2g} off its nominal level (epsilon "
+                f"{self.epsilon:g}): the conditionals may be off by more than epsilon. Raise "
+                "batch_size or lower epsilon."
+            )
+        if self._nonfinite_seen:
+            problems.append(
+                f"{name}: {self._nonfinite_seen} updates met a conditional that was not "
+                "defined (NaN log-likelihood differences); those variables kept their value. "
+                "Check the model's support."
+            )
+        return bias_warning(" ".join(problems), stacklevel=5) if problems else None
+
+
+def _binary_vars(model: pm.Model, vars) -> list:
+    """The step's value variables: given ones (each a Bernoulli), or every discrete one."""
+    if vars is None or list(vars) == list(model.value_vars):
+        vars = [v for v in model.value_vars if v.dtype.startswith(("int", "uint"))]
+        if not vars:
+            raise ValueError("AusterityGibbs: the model has no discrete free variables.")
+    values = [model.rvs_to_values.get(v, v) for v in vars]
+    for value in values:
+        if value not in model.values_to_rvs:
+            raise ValueError(f"AusterityGibbs: {value} is not a free variable of the model.")
+        rv = model.values_to_rvs[value]
+        if not isinstance(rv.owner.op, type(pm.Bernoulli.rv_op)):
+            raise ValueError(
+                f"AusterityGibbs samples binary (pm.Bernoulli) variables; {rv.name!r} is a "
+                f"{type(rv.owner.op).__name__.removesuffix('RV')} variable. Give it to another "
+                "step method."
+            )
+    return values
