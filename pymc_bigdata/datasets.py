@@ -15,6 +15,7 @@ import pymc as pm
 
 __all__ = [
     "FLIGHTS_COVARIATES",
+    "flights_arrival_delays",
     "flights_delay_data",
     "flights_delay_model",
     "sbps_paper_logistic",
@@ -127,6 +128,30 @@ def flights_delay_data() -> tuple[np.ndarray, np.ndarray, list[str]]:
     names : list of str
         The covariates' names, ``FLIGHTS_COVARIATES``.
     """
+    X, delay = _flights_covariates_and_delays()
+    return X, (delay > 15).astype(np.int64), list(FLIGHTS_COVARIATES)
+
+
+def flights_arrival_delays() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The flights of ``flights_delay_data``, with the arrival delay itself as the outcome.
+
+    Returns
+    -------
+    X : ndarray of float64, shape (327346, 7)
+        The standardised covariates of ``flights_delay_data``.
+    y : ndarray of float64, shape (327346,)
+        The arrival delay in minutes, standardised to mean 0 and sd 1 (it is heavy-tailed:
+        a Gaussian model of it is an approximation, fine for selecting covariates).
+    names : list of str
+        ``FLIGHTS_COVARIATES``.
+    """
+    X, delay = _flights_covariates_and_delays()
+    delay = delay.astype(np.float64)
+    return X, (delay - delay.mean()) / delay.std(), list(FLIGHTS_COVARIATES)
+
+
+def _flights_covariates_and_delays() -> tuple[np.ndarray, np.ndarray]:
+    """Standardised covariates and arrival delays (minutes) of the flights that arrived."""
     import pandas as pd
 
     flights = _read_flights()
@@ -145,8 +170,7 @@ def flights_delay_data() -> tuple[np.ndarray, np.ndarray, list[str]]:
     }
     X = np.column_stack([np.asarray(columns[n], dtype=np.float64) for n in FLIGHTS_COVARIATES])
     X = (X - X.mean(axis=0)) / X.std(axis=0)
-    y = (flights["arr_delay"].to_numpy() > 15).astype(np.int64)
-    return X, y, list(FLIGHTS_COVARIATES)
+    return X, flights["arr_delay"].to_numpy()
 
 
 def flights_delay_model(X: np.ndarray | None = None, y: np.ndarray | None = None) -> pm.Model:

@@ -132,7 +132,10 @@ class SubsamplingStep(ArrayStepShared):
     Parameters
     ----------
     vars
-        Value variables to sample: all of the model's free variables (default).
+        Value variables to sample: all of the model's free variables (default), or every
+        continuous one, the discrete ones held for another step of a compound step (e.g.
+        :class:`~pymc_bigdata.AusterityGibbs`); each configuration of the held values then
+        gets its own Laplace fit and anchor (:meth:`_switch_configuration`).
     model
         PyMC model (default: the one in context).
     batch_size
