@@ -138,8 +138,11 @@ def sampling_runs(X, y, exact) -> list[dict]:
             "ess_per_s": float(np.min(ess[mixed]) / wall),
         }
         stats = idata.sample_stats
-        if "decision_fraction" in stats:
-            row["gibbs_rows_fraction"] = float(stats["decision_fraction"].mean())
+        if "decision_fraction" in stats:  # both steps record it: index 0 is the Gibbs step's
+            fraction = stats["decision_fraction"]
+            if fraction.ndim == 3:
+                fraction = fraction.isel({fraction.dims[2]: 0})
+            row["gibbs_rows_fraction"] = float(fraction.mean())
         out.append(row)
         print(row, flush=True)
     return out
