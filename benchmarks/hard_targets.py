@@ -3,7 +3,7 @@
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
 defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (``--samplers`` picks others:
-``HMCECS``, ``HMCECS-signed``, ``EWSG``; on the SBPS paper's logistic regression every
+``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``; on the SBPS paper's logistic regression every
 sampler runs, with ``pmb.pSBPS()`` and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
@@ -64,6 +64,7 @@ SAMPLERS = {
     "HMCECS": pmb.HMCECS,
     "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
     "EWSG": pmb.EWSG,
+    "AusterityMH": pmb.AusterityMH,
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
 #: models on which every sampler of SAMPLERS runs by default
