@@ -3,8 +3,9 @@
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
 defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (``--samplers`` picks others:
-``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``; on the SBPS paper's logistic regression every
-sampler runs, with ``pmb.pSBPS()`` and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
+``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``; on the SBPS paper's logistic
+regression every sampler runs, with ``pmb.pSBPS()`` and the paper's own
+``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
 ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,

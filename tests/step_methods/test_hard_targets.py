@@ -384,3 +384,14 @@ def test_ewsg_defaults_against_nuts(name):
     mcse = az.mcse(az.from_dict({"posterior": {"x": draws}}), method="mean")["x"].values
     z = np.abs(flat.mean(0) - ref_mean) / np.sqrt(mcse**2 + ref_mean_se**2)
     assert z.max() <= 4.5, f"mean off by {z.max():.2f} MCSE"
+
+
+# ---------------------------------------------------------------------- Austerity
+def test_austerity_crawling_chain_is_flagged():
+    """AusterityMH's defaults on the non-centred model crawl (the proposal scale tuned to
+    0.13 of its Gaussian optimum, the draws 4.5 sds off the NUTS reference:
+    ``benchmarks/results/hard_targets_austerity.md``); the collapsed scale raises a
+    BiasWarning naming it instead of passing silently."""
+    model = hier_logistic(centred=False)
+    with pytest.warns(pmb.BiasWarning, match="shrank the proposal scale"):
+        sample_two_chains(model, pmb.AusterityMH(model=model), seed=2026)
