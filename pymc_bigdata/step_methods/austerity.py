@@ -179,7 +179,7 @@ class AusterityMH(SubsamplingStep):
             isinstance(target_accept, int | float) and 0 < target_accept < 1
         ):
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
-        for key in ("replace", "reshuffle", "census", "noise_bound"):
+        for key in ("replace", "reshuffle", "noise_bound"):
             if key in kwargs:
                 raise TypeError(
                     f"AusterityMH has no {key!r}: its test reads rows without replacement, "
@@ -194,10 +194,13 @@ class AusterityMH(SubsamplingStep):
             step_size=step_size,
             inner_steps=inner_steps,
             control_variates=control_variates,
-            census=False,
             **kwargs,
         )
-        self._permutation = LazyPermutation(self.layer.n_rows, self.rng)
+        n_rows, n_census = self.layer.n_rows, len(self.census)
+        #: the rows the test samples: all but the census stratum, whose differences enter
+        #: every decision exactly
+        self._pool = np.setdiff1d(np.arange(n_rows), self.census) if n_census else None
+        self._permutation = LazyPermutation(n_rows - n_census, self.rng)
 
     # ------------------------------------------------------------------ set-up and defaults
     def _check_layer_settings(self) -> None:
@@ -281,7 +284,8 @@ class AusterityMH(SubsamplingStep):
         anchor = self.anchor if self.test == "residuals" else None
 
         def next_differences(k: int) -> np.ndarray:
-            rows = self.layer.take_rows(self._permutation.next(k))
+            drawn = self._permutation.next(k)
+            rows = self.layer.take_rows(drawn if self._pool is None else self._pool[drawn])
             self._rows_touched += k
             try:
                 d = terms.differences(theta_new, theta, rows, anchor, order)
@@ -293,6 +297,25 @@ class AusterityMH(SubsamplingStep):
 
         return next_differences
 
+    def _census_sum(self, theta_new: np.ndarray, theta: np.ndarray) -> float:
+        """The census rows' differences, summed: they enter every decision exactly (the
+        stratum of rows that would dominate the test's variance, e.g. a rare outcome's)."""
+        if self._census_rows is None:
+            return 0.0
+        self._permutation.start(self.rng)  # this decision's permutation: none drawn yet
+        self._rows_touched += len(self.census)
+        anchor = self.anchor if self.test == "residuals" else None
+        try:
+            d = self.layer.difference_terms.differences(
+                theta_new, theta, self._census_rows, anchor, self.cv_order
+            )
+        except ParameterValueError as exc:
+            raise _NonFinite from exc
+        total = float(np.sum(d))
+        if not math.isfinite(total):
+            raise _NonFinite
+        return total
+
     # ------------------------------------------------------------------ proposals
     def _propose(self, z: np.ndarray) -> Proposal:
         h = self.step_size
@@ -300,8 +323,8 @@ class AusterityMH(SubsamplingStep):
             return random_walk_proposal(z, h, self.rng)
         if self.proposal == "langevin":
             return langevin_proposal(z, h, lambda x: self._known(x)[1], self.rng)
-        rows = self.layer.take_rows(self._rows.draw())  # one minibatch: one mixture component
-        self._rows_touched += self.batch_size
+        rows = self._with_census(self.layer.take_rows(self._rows.draw()))  # one component
+        self._rows_touched += self.batch_size + len(self.census)
 
         def drift(x: np.ndarray) -> np.ndarray:
             try:
@@ -323,25 +346,28 @@ class AusterityMH(SubsamplingStep):
         if not (math.isfinite(known) and math.isfinite(proposal.log_ratio)):
             return z, rejected
         theta, theta_new = self.precond.theta(z), self.precond.theta(proposal.position)
+        n_census = len(self.census)
+        pool = self.layer.n_rows - n_census
         try:
+            known += self._census_sum(theta_new, theta)
             result = mh_decision(
                 proposal,
                 known,
                 self._row_differences(theta_new, theta),
-                self.layer.n_rows,
+                pool,
                 self.batch_size,
                 self.epsilon,
                 self.rng,
             ).test
         except _NonFinite:
-            return z, rejected._replace(rows=self._permutation.drawn)
+            return z, rejected._replace(rows=self._permutation.drawn + n_census)
         decision = _Decision(
             bool(result.accept),
-            result.rows,
+            result.rows + n_census,
             result.batches,
             result.delta,
-            result.clt_error if result.rows < self.layer.n_rows else math.nan,
-            result.rows >= self.layer.n_rows,
+            result.clt_error if result.rows < pool else math.nan,
+            result.rows >= pool,
             True,
         )
         return (proposal.position if result.accept else z), decision
