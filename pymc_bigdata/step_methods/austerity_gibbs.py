@@ -43,8 +43,8 @@ __all__ = ["AusterityGibbs"]
 DEFAULT_TEST_BATCH = 500
 
 #: the test's per-look level: a flip's differences do not shrink (no Taylor proxy), so the
-#: sequential test's many looks make the paper's 0.05 err on 13 % of the updates of the
-#: variable-selection example (docs/austerity.md); 0.001 errs on 0.7 %
+#: sequential test's many looks make the paper's 0.05 err on 12 % of the updates of the
+#: variable-selection example (docs/austerity.md); 0.001 errs on 0.4 %
 DEFAULT_EPSILON = 0.001
 
 
