@@ -1,5 +1,6 @@
 """pymc-bigdata: subsampling MCMC step methods for PyMC models with many rows."""
 
+from pymc_bigdata.data import Data
 from pymc_bigdata.errors import (
     BiasWarning,
     DivergenceWarning,
@@ -9,7 +10,7 @@ from pymc_bigdata.errors import (
 )
 from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
-from pymc_bigdata.rows import RowIndexSampler, RowSource
+from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights
 from pymc_bigdata.step_methods import (
     EWSG,
@@ -27,6 +28,8 @@ register()
 
 __all__ = [
     "AusterityGibbs",
+    "BlockIndexSampler",
+    "Data",
     "AusterityMH",
     "EWSG",
     "HMCECS",

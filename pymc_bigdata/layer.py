@@ -23,6 +23,8 @@ lazily, once per layer, and shared by every sampler built on it.
 from __future__ import annotations
 
 import math
+import os
+import uuid
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
@@ -47,6 +49,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
+from pymc_bigdata.data import row_column
 from pymc_bigdata.difference_terms import DifferenceTerms
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.rows import RowSource, check_batch_size
@@ -227,11 +230,14 @@ class MinibatchModel:
         ]
         input_of = dict(zip(row_vars, row_inputs))
         data_to_rows = {var: input_of[canon] for var, canon in canonical.items()}
-        arrays = [_data_value(v) for v in row_vars]
+        _check_deterministics_not_per_row(model, canonical, row_names, row_vars, self.n_rows)
+        arrays = [_row_array(v) for v in row_vars]
         self._data_snapshot = [
-            (v, _data_value(v)) for v in _data_vars(model) if isinstance(v, TensorSharedVariable)
+            (v, _data_value(v))
+            for v in _data_vars(model)
+            if isinstance(v, TensorSharedVariable) and row_column(v) is None
         ]
-        self.rows = RowSource(arrays, row_names)
+        self.rows = RowSource(arrays, row_names, dtypes=[v.dtype for v in row_vars])
         _check_finite_rows(self.rows)
         self.row_inputs = row_inputs
 
@@ -316,9 +322,23 @@ class MinibatchModel:
         return self._compile([self.theta], [prior, grad(prior, self.theta)])
 
     @cached_property
-    def _loglik_grad_fn(self):
+    def _loglik_grad_graphs(self) -> tuple[list, list]:
         total = self.row_logp_graph.sum()
-        return self._compile([self.theta, *self.row_inputs], [total, grad(total, self.theta)])
+        return [self.theta, *self.row_inputs], [total, grad(total, self.theta)]
+
+    @cached_property
+    def _loglik_grad_fn(self):
+        return self._compile(*self._loglik_grad_graphs)
+
+    def _chunk_function(self, name: str) -> ChunkFunction:
+        """The compiled ``_<name>_fn`` with its graphs, to reduce over row blocks anywhere
+        (a dask worker compiles it from the graphs, once)."""
+        cache = self.__dict__.setdefault("_chunk_functions", {})
+        if name not in cache:
+            cache[name] = ChunkFunction(
+                *getattr(self, f"_{name}_graphs"), self.mode, getattr(self, f"_{name}_fn")
+            )
+        return cache[name]
 
     @cached_property
     def _weights(self) -> pt.TensorVariable:
@@ -449,15 +469,25 @@ class MinibatchModel:
         return pushforward(g, self.theta, self.direction)
 
     @cached_property
-    def _hvp_fn(self):
-        return self._compile([self.theta, self.direction, *self.row_inputs], self._hvp_graph)
+    def _hvp_graphs(self) -> tuple[list, list]:
+        return [self.theta, self.direction, *self.row_inputs], [self._hvp_graph]
 
     @cached_property
-    def _hessian_fn(self):
+    def _hvp_fn(self):
+        inputs, [out] = self._hvp_graphs
+        return self._compile(inputs, out)
+
+    @cached_property
+    def _hessian_graphs(self) -> tuple[list, list]:
         basis = pt.matrix("basis", dtype="float64")
         batched = vectorize_graph(self._hvp_graph, {self.direction: basis})
         eye = pt.eye(self.theta.shape[0], dtype="float64")
-        return self._compile([self.theta, *self.row_inputs], graph_replace(batched, {basis: eye}))
+        return [self.theta, *self.row_inputs], [graph_replace(batched, {basis: eye})]
+
+    @cached_property
+    def _hessian_fn(self):
+        inputs, [out] = self._hessian_graphs
+        return self._compile(inputs, out)
 
     @cached_property
     def _prior_hessian_fn(self):
@@ -680,12 +710,10 @@ class MinibatchModel:
     # ------------------------------------------------------------------ full data
     def full_loglik_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Full-data summed log-likelihood and gradient, computed in row chunks."""
-        total, g = 0.0, np.zeros(self.dim)
-        for rows in self.rows.chunks(self.chunk_rows):
-            lp, gc = self._loglik_grad_fn(theta, *rows)
-            total += float(lp)
-            g += gc
-        return total, g
+        lp, g = self.rows.reduce(
+            self._chunk_function("loglik_grad"), (theta,), self.chunk_rows, "log-likelihood"
+        )
+        return float(lp), g
 
     def full_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Full-data log posterior and its gradient (chunked)."""
@@ -695,10 +723,10 @@ class MinibatchModel:
 
     def full_loglik_hvp(self, theta: np.ndarray, direction: np.ndarray) -> np.ndarray:
         """Full-data Hessian-vector product of the summed log-likelihood (chunked)."""
-        out = np.zeros(self.dim)
-        for rows in self.rows.chunks(self.chunk_rows):
-            out += self.loglik_hvp(theta, direction, rows)
-        return out
+        direction = np.asarray(direction, dtype=np.float64)
+        return self.rows.reduce(
+            self._chunk_function("hvp"), (theta, direction), self.chunk_rows, "Hessian product"
+        )
 
     def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
         """Full-data dense Hessian of the summed log-likelihood.
@@ -707,10 +735,9 @@ class MinibatchModel:
         chunks of at most ``HESSIAN_BLOCK_ELEMENTS / d`` rows so the intermediate arrays stay
         near 32 MB whatever d is (time ~ N d forward passes).
         """
-        out = np.zeros((self.dim, self.dim))
-        for rows in self.rows.chunks(self._hessian_chunk_rows()):
-            out += self.loglik_hessian(theta, rows)
-        return out
+        return self.rows.reduce(
+            self._chunk_function("hessian"), (theta,), self._hessian_chunk_rows(), "Hessian"
+        )
 
     def _hessian_chunk_rows(self) -> int:
         return int(max(256, min(self.chunk_rows, HESSIAN_BLOCK_ELEMENTS // max(self.dim, 1))))
@@ -755,9 +782,7 @@ class MinibatchModel:
         theta = self.initial_theta if start is None else np.asarray(start, dtype=np.float64)
         n_sub = min(self.n_rows, self.chunk_rows)
         sub_rows = (
-            self.rows.take(
-                np.sort(np.random.default_rng(20140621).choice(self.n_rows, n_sub, replace=False))
-            )
+            self.rows.subsample(n_sub, np.random.default_rng(20140621))
             if n_sub < self.n_rows
             else next(self.rows.chunks(self.n_rows))
         )
@@ -1008,6 +1033,44 @@ class MinibatchModel:
         return state
 
 
+#: functions compiled on this process for ChunkFunctions that arrived pickled (dask workers)
+_WORKER_FUNCTIONS: dict[tuple, pytensor.compile.function.types.Function] = {}
+
+
+class ChunkFunction:
+    """A compiled per-chunk function of the layer that can travel to dask workers.
+
+    Called here it is the layer's compiled function. Pickled, it carries its graphs (and
+    the held values they read) instead, and a worker compiles them once per process.
+    """
+
+    def __init__(self, inputs: list, outputs: list, mode, compiled=None):
+        self.inputs, self.outputs, self.mode = inputs, outputs, mode
+        self.compiled = compiled
+        self.key = (id(self), os.getpid(), uuid.uuid4().hex)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["compiled"] = None
+        return state
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            held = [
+                v.get_value(borrow=True).tobytes()
+                for v in ancestors(self.outputs)
+                if isinstance(v, TensorSharedVariable)
+            ]
+            key = (self.key, *held)
+            if key not in _WORKER_FUNCTIONS:
+                _WORKER_FUNCTIONS[key] = pytensor.function(
+                    self.inputs, self.outputs, mode=self.mode, on_unused_input="ignore"
+                )
+            self.compiled = _WORKER_FUNCTIONS[key]
+        out = self.compiled(*args)
+        return out if len(self.outputs) > 1 else out[0] if isinstance(out, list) else out
+
+
 @dataclass(frozen=True)
 class Anchor:
     """The control-variate anchor theta* and the full-data quantities there.
@@ -1212,6 +1275,33 @@ def _data_value(var: Variable) -> np.ndarray:
     return np.asarray(var.get_value(borrow=True))
 
 
+def _row_count(var: Variable) -> int:
+    column = row_column(var)
+    return column.n_rows if column is not None else int(_data_value(var).shape[0])
+
+
+def _row_array(var: Variable):
+    """What the row source reads for ``var``: a ``pmb.Data`` column, or its array."""
+    column = row_column(var)
+    return column if column is not None else _data_value(var)
+
+
+def _check_deterministics_not_per_row(model, canonical, row_names, row_vars, n_rows) -> None:
+    """Refuse Deterministics computed from row data: PyMC's trace evaluates every
+    Deterministic at every draw, which would read all N rows per draw."""
+    name_of = {var: name for var, name in zip(row_vars, row_names)}
+    for det in model.deterministics:
+        used = {name_of[canonical[a]] for a in ancestors([det]) if a in canonical}
+        if used:
+            raise ModelNotSupportedError(
+                f"Deterministic {det.name!r} is computed from the row data {sorted(used)}: "
+                f"PyMC's trace would evaluate it on all N = {n_rows} rows at every draw. "
+                "Remove it from the model (write the expression without pm.Deterministic) "
+                "and compute it after sampling on the rows you need, e.g. with "
+                "pm.compute_deterministics on a model built on a subsample."
+            )
+
+
 def _common_row_count(values: dict) -> int:
     counts = {}
     for rv, value in values.items():
@@ -1220,12 +1310,11 @@ def _common_row_count(values: dict) -> int:
                 f"Observed data of {rv.name!r} is a computed expression; pass the data "
                 "array itself (or pm.Data) as observed."
             )
-        data = _data_value(value)
-        if data.ndim < 1:
+        if value.type.ndim < 1:
             raise ModelNotSupportedError(
                 f"Observed variable {rv.name!r} is a scalar: there is no row axis to subsample."
             )
-        counts[rv.name] = int(data.shape[0])
+        counts[rv.name] = _row_count(value)
     if len(set(counts.values())) != 1:
         raise ModelNotSupportedError(
             f"Observed variables have different row counts {counts}; subsampling needs every "
@@ -1249,8 +1338,14 @@ def _find_row_data(
     def add(var):
         if var in canonical:
             return
+        if row_column(var) is not None:  # a pmb.Data array: never read it to compare
+            row_vars.append(var)
+            canonical[var] = var
+            return
         data = _data_value(var)
         for known in row_vars:
+            if row_column(known) is not None:
+                continue
             other = _data_value(known)
             if (
                 other.shape == data.shape
@@ -1271,7 +1366,7 @@ def _find_row_data(
             continue
         if getattr(var.type, "ndim", 0) < 1:
             continue
-        if n_rows > 1 and _data_value(var).shape[0] == n_rows:
+        if row_column(var) is not None or (n_rows > 1 and _data_value(var).shape[0] == n_rows):
             add(var)
     return row_vars, canonical
 

@@ -40,7 +40,7 @@ from pymc_bigdata.adaptation import (
 )
 from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
-from pymc_bigdata.rows import RowIndexSampler, check_batch_size
+from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
@@ -262,8 +262,7 @@ class SubsamplingStep(ArrayStepShared):
         self._configurations = {self._initial_key: self._configuration()}
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
-        self._rows = RowIndexSampler(
-            n_rows,
+        self._rows = self.layer.rows.index_sampler(
             self.batch_size,
             self.rng,
             replace=self.replace,

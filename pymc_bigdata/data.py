@@ -1,0 +1,110 @@
+"""``pmb.Data``: declare a big per-row array once, in an otherwise ordinary PyMC model.
+
+``pm.Data`` puts the whole array into the model's graph (and into the result's
+``constant_data`` / ``observed_data`` groups). ``pmb.Data`` puts a zero-row stand-in of the
+same dtype and row shape there instead and attaches the array itself, opened lazily, for
+the model layer (:class:`pymc_bigdata.MinibatchModel`): every sampler, the MAP search, the
+adaptation and the control-variate sums then read its rows through the row source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pytensor.tensor.sharedvar import TensorSharedVariable
+
+from pymc_bigdata.sources import Column, as_column
+
+__all__ = ["Data", "row_column"]
+
+GATHERS = ("rows", "blocks")
+
+
+def Data(  # noqa: N802 - named like pm.Data, which it stands in for
+    name: str,
+    source: Any,
+    *,
+    dims: Sequence[str] | str | None = None,
+    gather: str | None = None,
+    block_rows: int | None = None,
+    active_blocks: int = 16,
+    reuse: float = 1.0,
+    model: pm.Model | None = None,
+) -> TensorSharedVariable:
+    """A per-row data array that stays where it is (memory, a ``.npy`` file, zarr, dask).
+
+    Use it like ``pm.Data`` for covariates and as ``observed=`` values; its leading axis is
+    the row axis, shared by every row array of the model.
+
+    Parameters
+    ----------
+    name
+        Name of the data variable in the model.
+    source
+        A numpy array, an ``np.memmap`` or the path of a ``.npy`` file (read through the
+        page cache), a zarr array or the path of a zarr array's store (read chunk by chunk;
+        the ``zarr`` extra), or a dask array with known chunk sizes (the ``dask`` extra;
+        full-data passes run as dask reductions).
+    dims
+        Dimension names, as for ``pm.Data``. The row dimension gets no coordinate values
+        (a stand-in with zero rows is what the model's graph holds); do not give
+        coordinates for it.
+    gather
+        How minibatches read rows: ``"rows"`` (uniform rows; the default for memory and
+        ``.npy``) or ``"blocks"`` (uniform rows inside a cache of random storage blocks; the
+        default for zarr and dask, where reading one row decodes its whole chunk). See
+        :class:`pymc_bigdata.rows.BlockIndexSampler`.
+    block_rows
+        Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
+        their own chunks.
+    active_blocks
+        Blocks a block gather holds at once (at least enough for two minibatches).
+    reuse
+        Mean number of times a block gather draws a row while its block is held.
+    model
+        The model (default: the one in context).
+
+    Returns
+    -------
+    TensorSharedVariable
+        The model's data variable (a zero-row stand-in).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, TypeError
+        A missing or unreadable store, a non-numeric dtype, a scalar, a dask array with
+        unknown chunk sizes, or settings out of range, each naming the array.
+    """
+    if gather is not None and gather not in GATHERS:
+        raise ValueError(f"Data {name!r}: gather must be one of {GATHERS}, got {gather!r}.")
+    if block_rows is not None and not (
+        isinstance(block_rows, int | np.integer)
+        and not isinstance(block_rows, bool)
+        and block_rows >= 1
+    ):
+        raise ValueError(
+            f"Data {name!r}: block_rows must be a positive integer, got {block_rows!r}."
+        )
+    if not (isinstance(active_blocks, int | np.integer) and active_blocks >= 1):
+        raise ValueError(
+            f"Data {name!r}: active_blocks must be a positive integer, got {active_blocks!r}."
+        )
+    if not (isinstance(reuse, int | float) and np.isfinite(reuse) and reuse > 0):
+        raise ValueError(f"Data {name!r}: reuse must be a positive number, got {reuse!r}.")
+    column = as_column(source, name, block_rows)
+    column.gather = gather or column.default_gather
+    column.active_blocks = int(active_blocks)
+    column.reuse = float(reuse)
+    stand_in = np.zeros((0, *column.trailing_shape), dtype=column.dtype)
+    var = pm.Data(name, stand_in, dims=dims, model=model)
+    var.tag.row_column = column
+    return var
+
+
+def row_column(var: Any) -> Column | None:
+    """The row column a :func:`Data` variable stands for, or None for any other variable."""
+    tag = getattr(var, "tag", None)
+    return getattr(tag, "row_column", None)
