@@ -215,7 +215,7 @@ def _add(total: Any, part: Any) -> Any:
 
 
 def _cast(rows: list[np.ndarray], dtypes: Sequence[np.dtype]) -> list[np.ndarray]:
-    return [np.ascontiguousarray(r, dtype=d) for r, d in zip(rows, dtypes)]
+    return [np.require(r, dtype=d, requirements=["C", "A"]) for r, d in zip(rows, dtypes)]
 
 
 def _reduce_block(
