@@ -681,17 +681,45 @@ class MinibatchModel:
         (typical posterior displacements, e.g. ``L u`` with ``u ~ N(0, I)``): the size of
         row i's first-order control-variate residual, in log-density units.  Rows whose
         value is far above the mean dominate a uniform minibatch's gradient noise.
-        Two forward passes per direction over the full data, chunked.
+        Two forward passes per direction, in one streamed pass over the data; the result
+        has N entries (:meth:`influential_rows` keeps only the few that stand out).
         """
-        out = np.zeros(self.n_rows)
-        for v in directions:
-            start = 0
-            for rows in self.rows.chunks(self.chunk_rows):
+        return np.concatenate([part for _, part in self._influence_chunks(theta, directions)])
+
+    def influential_rows(
+        self, theta: np.ndarray, directions: list[np.ndarray], factor: float, cap: int
+    ) -> np.ndarray:
+        """Rows whose :meth:`row_influence` exceeds ``factor`` times its mean over the rows
+        (non-finite influence counts as infinite), at most the ``cap`` largest, sorted.
+
+        One streamed pass keeping the ``cap`` largest values seen and the running sum, so
+        memory is bounded by a chunk and ``cap`` whatever N is; the same rows as
+        thresholding the full :meth:`row_influence`."""
+        top_rows, top_values = np.empty(0, dtype=np.int64), np.empty(0)
+        total, count = 0.0, 0
+        for start, part in self._influence_chunks(theta, directions):
+            finite = np.isfinite(part)
+            total += float(part[finite].sum())
+            count += int(finite.sum())
+            part = np.where(finite, part, np.inf)
+            rows = np.concatenate([top_rows, start + np.arange(len(part))])
+            values = np.concatenate([top_values, part])
+            keep = np.argsort(values, kind="stable")[::-1][:cap]
+            top_rows, top_values = rows[keep], values[keep]
+        threshold = factor * total / max(count, 1)
+        return np.sort(top_rows[top_values > threshold])
+
+    def _influence_chunks(self, theta: np.ndarray, directions: list[np.ndarray]):
+        """``(first row, row_influence of a chunk)`` over the data, one pass."""
+        start = 0
+        for rows in self.rows.chunks(self.chunk_rows, "row influence"):
+            out = np.zeros(len(rows[0]))
+            for v in directions:
                 moved = self.row_directional_derivatives(theta + v, v, rows)
                 here = self.row_directional_derivatives(theta, v, rows)
-                out[start : start + len(here)] += np.abs(moved - here)
-                start += len(here)
-        return out / max(len(directions), 1)
+                out += np.abs(moved - here)
+            yield start, out / max(len(directions), 1)
+            start += len(out)
 
     def loglik_hvp(
         self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]

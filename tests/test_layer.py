@@ -746,3 +746,23 @@ def test_held_variables_are_inputs_with_their_own_map():
     np.testing.assert_array_equal(layer.map_estimate().theta, some)  # kept, not re-fitted
     with pytest.raises(pmb.ModelNotSupportedError, match=r"'beta' is continuous"):
         pmb.MinibatchModel(model, vars=[model["beta"]], discrete=True)
+
+
+def test_influential_rows_stream_equals_thresholding_every_row(small_logistic):
+    """The census's one-pass selection (bounded memory) picks the same rows as
+    thresholding the N-entry influence: above factor x mean, the cap largest."""
+    _, layer = small_logistic
+    layer.chunk_rows, saved = 700, layer.chunk_rows  # several chunks
+    try:
+        rng = np.random.default_rng(3)
+        theta = layer.map_estimate().theta
+        directions = [0.05 * rng.standard_normal(layer.dim) for _ in range(3)]
+        influence = layer.row_influence(theta, directions)
+        for factor, cap in ((2.0, 10_000), (2.0, 7), (1.0, 50)):
+            above = np.flatnonzero(influence > factor * influence.mean())
+            expected = np.sort(above[np.argsort(influence[above])[::-1][:cap]])
+            got = layer.influential_rows(theta, directions, factor, cap)
+            np.testing.assert_array_equal(got, expected)
+            assert len(got) > 0
+    finally:
+        layer.chunk_rows = saved

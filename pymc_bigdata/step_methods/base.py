@@ -356,15 +356,9 @@ class SubsamplingStep(ArrayStepShared):
             self.laplace.theta(rng.standard_normal(layer.dim)) - self.laplace.center
             for _ in range(CENSUS_DIRECTIONS)
         ]
-        with np.errstate(all="ignore"):
-            influence = layer.row_influence(self.anchor.theta, directions)
-        influence = np.where(np.isfinite(influence), influence, np.inf)
-        threshold = CENSUS_FACTOR * float(np.mean(influence[np.isfinite(influence)]))
-        heavy = np.flatnonzero(influence > threshold)
         cap = min(self.batch_size // 2, layer.n_rows - self.batch_size)  # the rest must fill n
-        if len(heavy) > cap:
-            heavy = heavy[np.argsort(influence[heavy])[::-1][:cap]]
-        return np.sort(heavy)
+        with np.errstate(all="ignore"):
+            return layer.influential_rows(self.anchor.theta, directions, CENSUS_FACTOR, cap)
 
     def _set_up_weights(self) -> None:
         """The weights of a minibatch and of its halves (census rows first, weight 1)."""
