@@ -518,8 +518,8 @@ def counting_rows(layer: pmb.MinibatchModel) -> Iterator[list[int]]:
     original = source.chunks
     counter = [0]
 
-    def chunks(chunk_rows: int):
-        for block in original(chunk_rows):
+    def chunks(chunk_rows: int, *args, **kwargs):
+        for block in original(chunk_rows, *args, **kwargs):
             counter[0] += len(block[0])
             yield block
 

@@ -73,6 +73,8 @@ class RowSource:
             for c, d in zip(self.columns, dtypes or [None] * len(self.columns))
         ]
         self.progress = bool(progress)
+        #: rows read by full-data passes so far (streamed or reduced by dask)
+        self.rows_streamed = 0
         blocked = [c for c in self.columns if getattr(c, "gather", c.default_gather) == "blocks"]
         #: ``"rows"`` (uniform minibatches) or ``"blocks"`` (rows inside cached blocks)
         self.gather = "blocks" if blocked else "rows"
@@ -157,6 +159,7 @@ class RowSource:
             for start in range(0, self.n_rows, chunk_rows):
                 stop = min(start + chunk_rows, self.n_rows)
                 yield _cast([c.read(start, stop) for c in self.columns], self._out_dtypes)
+                self.rows_streamed += stop - start
                 bar.update(stop - start)
 
     def reduce(
@@ -171,6 +174,7 @@ class RowSource:
         (:class:`pymc_bigdata.layer.ChunkFunction` does). Otherwise the pass streams here.
         """
         if any(isinstance(c, DaskColumn) for c in self.columns):
+            self.rows_streamed += self.n_rows
             return _dask_reduce(self.columns, fn, args, chunk_rows, self._out_dtypes)
         total = None
         for rows in self.chunks(chunk_rows, desc):
