@@ -48,6 +48,8 @@ class EWSG(SubsamplingStep):
         ``"obabo"`` (default; exact stationary law on Gaussian posteriors, ``O(h^2)`` bias
         otherwise) or ``"euler"`` (the paper's Euler-Maruyama step, Eq. 3; ``O(h)`` bias).
 
+    Notes
+    -----
     ``EWSG(**EWSG.PAPER_SETTINGS, step_size=h, friction=gamma)`` is the paper's plain version:
     Euler-Maruyama, no control variates, no preconditioner (``z = theta - theta_MAP``), fixed
     ``h`` and ``gamma``. See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the

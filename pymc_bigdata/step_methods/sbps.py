@@ -117,6 +117,8 @@ class SBPS(SubsamplingStep):
         Nodes per straight line for ``path_functions`` (default 16: exact for polynomials
         of degree 31 along a line; raise it for functions that oscillate within a line).
 
+    Notes
+    -----
     See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters.
     Stats per draw: ``proposals``, ``bounces``, ``refreshes``, ``checks`` (observations made
     because no proposal came for long), ``violations`` (``[G]_+ > lambda``),
@@ -540,7 +542,7 @@ class pSBPS(SBPS):  # noqa: N801 - the paper's name
 
     name = "psbps"
 
-    #: the paper's own pSBPS (Sec. 7.1: plain minibatch estimates of n = 100 rows, k = 3, no
+    #: the paper's own pSBPS (Sec. 7.1; plain minibatch estimates of n = 100 rows, k = 3, no
     #: refreshment, Eq. 12's band, the metric adapted throughout): ``pSBPS(**PAPER_SETTINGS)``
     PAPER_SETTINGS: ClassVar[dict[str, Any]] = dict(
         control_variates=False,

@@ -46,6 +46,8 @@ class SGHMC(SubsamplingStep):
         The paper's Eq. 15 parameters; if given they set ``step_size = sqrt(learning_rate)`` and
         ``friction = alpha / step_size``.
 
+    Notes
+    -----
     Defaults: ``eps = 0.7 / sqrt(lambda_max)`` (BAOAB; 0.25 for Eq. 15, whose variance bias
     is ``1 + eps^2/4`` even for a Gaussian), lowered in tuning until the gradient noise feeds
     at most ``noise_bound`` of the stationary variance (:meth:`noise_share`), and
@@ -56,10 +58,10 @@ class SGHMC(SubsamplingStep):
 
     name = "sghmc"
     default_step_size: ClassVar[float] = 0.7
-    #: Eq. 15's default: stationary sd 0.8 % too wide on a unit Gaussian (0.7 gave 11 %)
+    #: Eq. 15's default, whose stationary sd is 0.8 % too wide on a unit Gaussian (0.7 gave 11 %)
     default_step_size_eq15: ClassVar[float] = 0.25
     default_friction: ClassVar[float] = 1.0
-    #: time covered by one recorded draw, in units of 1/sqrt(curvature): for friction 1 the
+    #: time covered by one recorded draw, in units of 1/sqrt(curvature); for friction 1 the
     #: position autocorrelation of a unit-curvature Gaussian at this lag is about -0.09, so
     #: consecutive draws are nearly independent (slightly antithetic)
     default_travel_time: ClassVar[float] = 2.8
