@@ -9,6 +9,7 @@ from pymc_bigdata.errors import (
     StaleDataError,
 )
 from pymc_bigdata.layer import MapResult, MinibatchModel
+from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise_log_likelihood
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights
@@ -47,6 +48,9 @@ __all__ = [
     "ModelNotSupportedError",
     "RowIndexSampler",
     "RowSource",
+    "add_log_likelihood",
+    "loo_subsample_inputs",
+    "pointwise_log_likelihood",
     "prefer",
     "register",
     "sign_corrected_summary",

@@ -510,7 +510,7 @@ class SubsamplingStep(ArrayStepShared):
         """Subclasses reset their per-chain kernel state (momentum...) here."""
 
     # ------------------------------------------------------------------ gradient oracle
-    #: how the gradient noise is measured: "split" (two half minibatches) or "fisher"
+    #: how the gradient noise is measured, "split" (two half minibatches) or "fisher"
     #: (per-row gradients, the empirical Fisher of Ahn et al. 2012; first order only)
     noise_measurement: str = "split"
     #: after tuning, measure the noise on one transition every this many draws
