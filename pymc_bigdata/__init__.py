@@ -1,6 +1,7 @@
 """pymc-bigdata: subsampling MCMC step methods for PyMC models with many rows."""
 
 from pymc_bigdata.data import Data
+from pymc_bigdata.distributed import ChainFailedError, sample_dask
 from pymc_bigdata.errors import (
     BiasWarning,
     DivergenceWarning,
@@ -30,6 +31,7 @@ register()
 __all__ = [
     "AusterityGibbs",
     "BlockIndexSampler",
+    "ChainFailedError",
     "Data",
     "AusterityMH",
     "EWSG",
@@ -53,6 +55,7 @@ __all__ = [
     "pointwise_log_likelihood",
     "prefer",
     "register",
+    "sample_dask",
     "sign_corrected_summary",
     "sign_weights",
 ]

@@ -1,0 +1,237 @@
+"""sample_dask: pm.sample's chains as tasks on a real Dask LocalCluster (two worker processes).
+
+The first test pays the cold compile on each worker process (PyTensor's on-disk cache makes
+it fast for the later ones and for later sessions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pymc.sampling.mcmc as mcmc
+import pytest
+from conftest import logistic_data
+
+import pymc_bigdata as pmb
+from pymc_bigdata.distributed import ChainFailedError, sample_dask
+
+distributed = pytest.importorskip("distributed")
+
+#: sample statistics that are wall-clock timings (NUTS's), equal in shape only
+TIMING_STATS = ("perf_counter_start", "perf_counter_diff", "process_time_diff")
+ORIGINAL_SAMPLE_MANY = mcmc._sample_many
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
+def two_workers(client):
+    """The cluster with both workers up (a test may have killed one; its nanny restarts it)."""
+    client.wait_for_workers(2, timeout=120)
+    return client
+
+
+@pytest.fixture(scope="module")
+def model():
+    """2,000-row, 3-coefficient logistic regression, with a Deterministic."""
+    features, outcome = logistic_data(2_000, 3, seed=5)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Deterministic("odds_ratio", pm.math.exp(beta))
+        pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
+    return model
+
+
+@pytest.fixture(scope="module")
+def sghmc(model):
+    with model:
+        return pmb.SGHMC()
+
+
+SAMPLE = {"draws": 100, "tune": 100, "chains": 2, "random_seed": 20260612}
+
+
+@pytest.fixture(scope="module")
+def sghmc_runs(client, model, sghmc):
+    """(pm.sample with cores=1, sample_dask) with the same seed and step."""
+    client.wait_for_workers(2, timeout=120)
+    with model:
+        local = pm.sample(**SAMPLE, cores=1, step=sghmc, progressbar=False)
+    t0 = time.perf_counter()
+    remote = sample_dask(client, **SAMPLE, step=sghmc, model=model)
+    print(f"sample_dask, cold workers: {time.perf_counter() - t0:.1f} s")
+    return local, remote
+
+
+def assert_same_draws(local, remote) -> None:
+    """Every group of ``local`` is in ``remote`` with the same variables and equal values."""
+    assert set(remote.children) == set(local.children)
+    for group in local.children:
+        a, b = local[group].to_dataset(), remote[group].to_dataset()
+        assert set(a.data_vars) == set(b.data_vars), group
+        assert dict(a.sizes) == dict(b.sizes), group
+        for name in a.data_vars:
+            if name in TIMING_STATS:
+                continue
+            np.testing.assert_array_equal(b[name].values, a[name].values, err_msg=name)
+
+
+def test_sghmc_equals_pm_sample_cores_1(sghmc_runs):
+    """Same seed, same step: the same draws and sample statistics as pm.sample(cores=1)."""
+    local, remote = sghmc_runs
+    assert_same_draws(local, remote)
+    # not trivially equal: the chains differ from each other and moved
+    beta = remote.posterior["beta"].values
+    assert not np.array_equal(beta[0], beta[1])
+    assert np.all(np.ptp(beta, axis=1) > 0)
+    assert remote.posterior.sizes["draw"] == 100
+    np.testing.assert_array_equal(remote.posterior["chain"].values, [0, 1])
+
+
+def test_groups_and_variables_as_pm_sample(sghmc_runs):
+    """The DataTree has pm.sample's groups, variables, coordinates and sampler attributes."""
+    local, remote = sghmc_runs
+    assert {"posterior", "sample_stats", "observed_data"} <= set(remote.children)
+    assert list(remote.children) == list(local.children)
+    for group in local.children:
+        assert list(remote[group].data_vars) == list(local[group].data_vars)
+        for coord in local[group].coords:
+            np.testing.assert_array_equal(remote[group][coord].values, local[group][coord].values)
+    assert set(remote.sample_stats.data_vars) >= {"step_size", "rows_touched", "diverging"}
+    assert remote.posterior.attrs["tuning_steps"] == 100
+    assert remote.posterior.attrs["inference_library"] == "pymc"
+
+
+def test_sgld_through_default_client(two_workers, model):
+    """client=None uses the current client; SGLD too equals pm.sample(cores=1)."""
+    with model:
+        step = pmb.SGLD()
+        local = pm.sample(**SAMPLE, cores=1, step=step, progressbar=False)
+    with two_workers.as_current():
+        remote = sample_dask(None, **SAMPLE, step=step, model=model)
+    assert_same_draws(local, remote)
+
+
+def test_pymc_nuts_equals_pm_sample_cores_1(two_workers, model):
+    """PyMC's own NUTS (jitter+adapt_diag initialisation on the caller) is equal too."""
+    kwargs = {**SAMPLE, "draws": 50, "tune": 50}
+    with model:
+        local = pm.sample(**kwargs, cores=1, progressbar=False)
+    remote = sample_dask(two_workers, **kwargs, model=model)
+    assert_same_draws(local, remote)
+    assert "tree_depth" in remote.sample_stats
+
+
+class BrokenSGLD(pmb.SGLD):
+    """An SGLD whose chains raise after five draws."""
+
+    def astep(self, q0):
+        self._broken_draws = getattr(self, "_broken_draws", 0) + 1
+        if self._broken_draws > 5:
+            raise FloatingPointError("the gradient blew up in this chain")
+        return super().astep(q0)
+
+
+# the workers cannot import this test module: ship BrokenSGLD's code with the step
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_failing_chain_raises_chain_failed_error(two_workers, model, sghmc):
+    with model:
+        step = BrokenSGLD(layer=sghmc.layer)
+    with pytest.raises(ChainFailedError, match=r"Chain [01] failed .*FloatingPointError") as info:
+        sample_dask(two_workers, **SAMPLE, step=step, model=model)
+    assert info.value.chain in (0, 1)
+    assert isinstance(info.value.__cause__, FloatingPointError)
+    assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY  # pm.sample is left as it was
+
+
+def _executing_chains(dask_worker) -> list[str]:
+    return [str(ts.key) for ts in dask_worker.state.executing]
+
+
+def test_killed_worker_fails_the_run(two_workers, model, sghmc):
+    """A worker process killed mid-chain fails the run (Dask would re-run the chain)."""
+    killed: list[str] = []
+
+    def kill_a_worker_mid_chain() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                running = two_workers.run(_executing_chains)
+                busy = [w for w, keys in running.items() if any("chain" in k for k in keys)]
+                if len(busy) == 2:
+                    time.sleep(1.0)  # well into the chain
+                    killed.append(busy[0])
+                    with contextlib.suppress(Exception):
+                        two_workers.run(os._exit, 1, workers=[busy[0]])
+                    return
+            time.sleep(0.2)
+
+    with model:  # 100 leapfrog steps a draw: about two minutes a chain, if left to finish
+        slow = pmb.SGHMC(layer=sghmc.layer, inner_steps=100)
+    killer = threading.Thread(target=kill_a_worker_mid_chain, daemon=True)
+    killer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(ChainFailedError, match=r"Chain [01] was lost") as info:
+        sample_dask(two_workers, **{**SAMPLE, "draws": 20_000}, step=slow, model=model)
+    elapsed = time.perf_counter() - t0
+    killer.join(timeout=5)
+    assert killed, "the chains never ran on both workers"
+    assert info.value.chain in (0, 1)
+    assert info.value.worker == killed[0]
+    assert killed[0] in str(info.value)
+    assert elapsed < 60, f"the failure took {elapsed:.0f} s to surface"
+    assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY
+    # the surviving chain stops too (it polls the run's abort event), freeing its worker
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if not any(two_workers.run(_executing_chains).values()):
+                break
+        time.sleep(0.2)
+    else:
+        pytest.fail("a chain kept running after the run failed")
+
+
+def test_bad_arguments(two_workers, model, sghmc):
+    kwargs = {"draws": 10, "tune": 10, "step": sghmc, "model": model}
+    with pytest.raises(ValueError, match="chains must be at least 1"):
+        sample_dask(two_workers, chains=0, **kwargs)
+    with pytest.raises(TypeError, match="chains must be an integer"):
+        sample_dask(two_workers, chains=2.0, **kwargs)
+    with pytest.raises(ValueError, match="draws must be at least 0"):
+        sample_dask(two_workers, chains=2, draws=-1, step=sghmc, model=model)
+    with pytest.raises(TypeError, match="client must be a distributed.Client"):
+        sample_dask("tcp://127.0.0.1:8786", chains=2, **kwargs)
+    with pytest.raises(ValueError, match="does not take cores="):
+        sample_dask(two_workers, chains=2, cores=2, **kwargs)
+    with pytest.raises(ValueError, match="does not take callback="):
+        sample_dask(two_workers, chains=2, callback=print, **kwargs)
+    with pytest.raises(ValueError, match="nuts_sampler='pymc'"):
+        sample_dask(two_workers, chains=2, nuts_sampler="numpyro", **kwargs)
+    assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY
+
+
+def test_no_default_client(model, sghmc):
+    """The module's client is not the default one: client=None has nothing to use."""
+    with pytest.raises(RuntimeError, match="no default Dask client"):
+        sample_dask(None, draws=10, tune=10, chains=2, step=sghmc, model=model)
