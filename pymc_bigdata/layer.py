@@ -66,8 +66,8 @@ DENSE_HESSIAN_MAX_DIM = 2_000
 #: up to this many parameters the MAP search also computes the Hessian at the mode itself
 DENSE_PRECONDITIONER_DIM = 200
 
-#: rows x basis directions per block when the Hessian is computed by batched HVPs (~32 MB)
-HESSIAN_BLOCK_ELEMENTS = 2**22
+#: rows x basis directions per block when the Hessian is computed by batched HVPs (8 MB)
+HESSIAN_BLOCK_ELEMENTS = 2**20
 
 #: Rademacher probes for the Hessian diagonal when d > DENSE_HESSIAN_MAX_DIM
 DIAGONAL_PROBES = 32
@@ -761,7 +761,7 @@ class MinibatchModel:
 
         Computed by batched Hessian-vector products over the d basis directions, in row
         chunks of at most ``HESSIAN_BLOCK_ELEMENTS / d`` rows so the intermediate arrays stay
-        near 32 MB whatever d is (time ~ N d forward passes).
+        near 8 MB whatever d is (time ~ N d forward passes).
         """
         return self.rows.reduce(
             self._chunk_function("hessian"), (theta,), self._hessian_chunk_rows(), "Hessian"

@@ -136,9 +136,9 @@ class RowSource:
         )
         for column in self.columns:  # hold the active blocks (and the next) in each cache
             if hasattr(column, "cache"):
-                ratio = -(-int(np.diff(self.block_bounds).max()) // _min_block(column))
                 column.cache.capacity = max(
-                    column.cache.capacity, (sampler.active_blocks + 1) * (ratio + 1)
+                    column.cache.capacity,
+                    (sampler.active_blocks + 1) * _blocks_per_gather_block(column, self),
                 )
         return sampler
 
@@ -200,8 +200,12 @@ DEFAULT_ACTIVE_BLOCKS = 16
 DEFAULT_REUSE = 1.0
 
 
-def _min_block(column: Any) -> int:
-    return max(1, int(np.diff(column.block_bounds).min()))
+def _blocks_per_gather_block(column: Any, source: RowSource) -> int:
+    """How many of ``column``'s blocks one gather block can touch."""
+    if np.array_equal(column.block_bounds, source.block_bounds):
+        return 1
+    smallest = max(1, int(np.diff(column.block_bounds).min()))
+    return -(-int(np.diff(source.block_bounds).max()) // smallest) + 1
 
 
 def _nonfinite_counts(*rows: np.ndarray) -> np.ndarray:

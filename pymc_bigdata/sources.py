@@ -38,6 +38,10 @@ __all__ = ["ArrayColumn", "Column", "DaskColumn", "MemmapColumn", "ZarrColumn", 
 #: (about 1 MiB of one row's bytes)
 BLOCK_BYTES = 2**20
 
+#: decoded blocks a chunked column keeps by default (a block gather raises it to hold its
+#: active blocks)
+CACHE_BYTES = 32 * 2**20
+
 
 class Column:
     """One per-row array: ``n_rows`` rows of ``trailing_shape`` each, of ``dtype``.
@@ -217,9 +221,15 @@ class _ChunkedColumn(Column):
 
     default_gather = "blocks"
 
-    def __init__(self, name: str, cache_blocks: int = 64):
+    def __init__(self, name: str):
         self.name = name
-        self.cache = _BlockCache(cache_blocks)
+        self.cache = _BlockCache(1)
+
+    def _size_cache(self) -> None:
+        """Room for ``CACHE_BYTES`` of the largest blocks (at least two blocks)."""
+        row_bytes = int(np.prod(self.trailing_shape, dtype=np.int64)) * self.dtype.itemsize
+        block_bytes = max(1, int(np.diff(self.block_bounds).max()) * row_bytes)
+        self.cache.capacity = max(2, CACHE_BYTES // block_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -246,13 +256,14 @@ class _ChunkedColumn(Column):
 class ZarrColumn(_ChunkedColumn):
     """A zarr array in a local store; one block per chunk along the row axis."""
 
-    def __init__(self, array, name: str, cache_blocks: int = 64):
-        super().__init__(name, cache_blocks)
+    def __init__(self, array, name: str):
+        super().__init__(name)
         self.array = array
         self.n_rows = int(array.shape[0])
         self.dtype = np.dtype(array.dtype)
         self.trailing_shape = tuple(int(s) for s in array.shape[1:])
         self.block_bounds = self._uniform_bounds(int(array.chunks[0]))
+        self._size_cache()
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop])
@@ -261,13 +272,14 @@ class ZarrColumn(_ChunkedColumn):
 class DaskColumn(_ChunkedColumn):
     """A dask array with known chunk sizes; one block per dask chunk along the row axis."""
 
-    def __init__(self, array, name: str, cache_blocks: int = 64):
-        super().__init__(name, cache_blocks)
+    def __init__(self, array, name: str):
+        super().__init__(name)
         self.array = array
         self.n_rows = int(array.shape[0])
         self.dtype = np.dtype(array.dtype)
         self.trailing_shape = tuple(int(s) for s in array.shape[1:])
         self.block_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
+        self._size_cache()
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop].compute(scheduler="synchronous"))
