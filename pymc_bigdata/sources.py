@@ -221,9 +221,15 @@ class _ChunkedColumn(Column):
 
     default_gather = "blocks"
 
-    def __init__(self, name: str):
+    def __init__(self, array, name: str, row_chunks: tuple[int, ...]):
+        self.array = array
         self.name = name
+        self.n_rows = int(array.shape[0])
+        self.dtype = np.dtype(array.dtype)
+        self.trailing_shape = tuple(int(s) for s in array.shape[1:])
+        self.block_bounds = np.concatenate([[0], np.cumsum(row_chunks)]).astype(np.int64)
         self.cache = _BlockCache(1)
+        self._size_cache()
 
     def _size_cache(self) -> None:
         """Room for ``CACHE_BYTES`` of the largest blocks (at least two blocks)."""
@@ -257,13 +263,10 @@ class ZarrColumn(_ChunkedColumn):
     """A zarr array in a local store; one block per chunk along the row axis."""
 
     def __init__(self, array, name: str):
-        super().__init__(name)
-        self.array = array
-        self.n_rows = int(array.shape[0])
-        self.dtype = np.dtype(array.dtype)
-        self.trailing_shape = tuple(int(s) for s in array.shape[1:])
-        self.block_bounds = self._uniform_bounds(int(array.chunks[0]))
-        self._size_cache()
+        chunk, n_rows = int(array.chunks[0]), int(array.shape[0])
+        super().__init__(
+            array, name, tuple(np.diff(np.append(np.arange(0, n_rows, chunk), n_rows)))
+        )
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop])
@@ -273,13 +276,7 @@ class DaskColumn(_ChunkedColumn):
     """A dask array with known chunk sizes; one block per dask chunk along the row axis."""
 
     def __init__(self, array, name: str):
-        super().__init__(name)
-        self.array = array
-        self.n_rows = int(array.shape[0])
-        self.dtype = np.dtype(array.dtype)
-        self.trailing_shape = tuple(int(s) for s in array.shape[1:])
-        self.block_bounds = np.concatenate([[0], np.cumsum(array.chunks[0])]).astype(np.int64)
-        self._size_cache()
+        super().__init__(array, name, array.chunks[0])
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop].compute(scheduler="synchronous"))
