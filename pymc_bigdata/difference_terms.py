@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import grad, pushforward, zero_grad
-from pytensor.graph.replace import clone_replace
+from pytensor.graph.replace import clone_replace, graph_replace
 
 if TYPE_CHECKING:
     from pymc_bigdata.layer import Anchor, MinibatchModel
@@ -67,7 +67,7 @@ class DifferenceTerms:
 
     def __init__(self, layer: MinibatchModel):
         self.layer = layer
-        self._fns: dict[tuple[str, int], object] = {}
+        self._fns: dict[tuple[str, int, str], object] = {}
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -79,22 +79,40 @@ class DifferenceTerms:
     def _curvature_point(self) -> pt.TensorVariable:
         return pt.vector("theta_curvature", dtype="float64")
 
-    def _residual_graph(self, order: int) -> pt.TensorVariable:
+    def _expansion(self, space: str):
+        """The expansion's coordinates at a parameter graph, and the row log-likelihood
+        graph at given coordinates: ``theta`` itself, or the likelihood inputs ``phi``."""
+        layer = self.layer
+        if space == "parameters":
+            return (lambda theta: theta), (
+                lambda point: clone_replace(layer.row_logp_graph, {layer.theta: point})
+            )
+        if space != "likelihood_inputs":  # pragma: no cover - internal
+            raise ValueError(space)
+        inputs = layer.likelihood_inputs
+        if not inputs.available:
+            raise ValueError(f"No expansion in the likelihood inputs: {inputs.reason}.")
+        return inputs.coordinates, inputs.rows_at
+
+    def _residual_graph(self, order: int, space: str) -> pt.TensorVariable:
         """``d_k(theta)`` per row, shape (n,)."""
         layer = self.layer
         rows = layer.row_logp_graph
         if order < 0:  # no control variate: l_k(theta) itself
             return rows
-        delta = layer.theta - layer.anchor
-        residual = rows - clone_replace(rows, {layer.theta: layer.anchor})
+        coordinates, rows_at = self._expansion(space)
+        star = coordinates(layer.anchor)
+        delta = coordinates(layer.theta) - star
+        residual = rows - rows_at(star)
+        point, tangent = pt.vector("expansion_point"), pt.vector("expansion_tangent")
         if order >= 1:
-            at_anchor = clone_replace(rows, {layer.theta: layer.anchor})
-            residual = residual - pushforward(at_anchor, layer.anchor, delta)
+            slope = pushforward(rows_at(point), point, tangent)
+            residual = residual - graph_replace(slope, {point: star, tangent: delta})
         if order >= 2:
-            point = self._curvature_point
-            at_point = clone_replace(rows, {layer.theta: point})
-            slope = pushforward(at_point, point, delta)
-            residual = residual - 0.5 * pushforward(slope, point, delta)
+            slope = pushforward(rows_at(point), point, tangent)
+            curve = pushforward(slope, point, tangent)
+            at_h = {point: coordinates(self._curvature_point), tangent: delta}
+            residual = residual - 0.5 * graph_replace(curve, at_h)
         return residual
 
     @cached_property
@@ -105,15 +123,15 @@ class DifferenceTerms:
         layer = self.layer
         return [layer.theta, layer.anchor, self._curvature_point, *layer.row_inputs]
 
-    def _compiled(self, kind: str, order: int):
-        key = (kind, order)
+    def _compiled(self, kind: str, order: int, space: str = "parameters"):
+        key = (kind, order, space)
         if key not in self._fns:
-            self._fns[key] = self._build(kind, order)
+            self._fns[key] = self._build(kind, order, space)
         return self._fns[key]
 
-    def _build(self, kind: str, order: int):
+    def _build(self, kind: str, order: int, space: str):
         layer = self.layer
-        d = self._residual_graph(order)
+        d = self._residual_graph(order, space)
         if kind == "residuals":
             return layer._compile(self._inputs(), d)
         if kind == "differences":
@@ -154,11 +172,17 @@ class DifferenceTerms:
         return anchor.theta, anchor.theta  # the curvature point is unused below order 2
 
     def residuals(
-        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor, order: int
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        space: str = "parameters",
     ) -> np.ndarray:
-        """``d_k(theta)`` of the given rows, shape (n,)."""
+        """``d_k(theta)`` of the given rows, shape (n,), with the expansion in ``space``
+        (``"parameters"`` or ``"likelihood_inputs"``)."""
         star, point = self._points(anchor, order)
-        return self._compiled("residuals", order)(theta, star, point, *rows)
+        return self._compiled("residuals", order, space)(theta, star, point, *rows)
 
     def differences(
         self,
@@ -185,6 +209,7 @@ class DifferenceTerms:
         order: int,
         n_census: int = 0,
         pool: int | None = None,
+        space: str = "parameters",
     ) -> tuple[float, np.ndarray, np.ndarray]:
         """Log prior, residuals ``d`` and ``grad [log prior + sum_census d + (P/m) sum d -
         sigma_hat^2 / 2]`` for ``rows``: ``n_census`` census rows first (always included,
@@ -193,7 +218,7 @@ class DifferenceTerms:
         star, point = self._points(anchor, order)
         m = len(rows[0]) - n_census
         w = (self.layer.n_rows if pool is None else pool) / m
-        fn = self._compiled("perturbed", order)
+        fn = self._compiled("perturbed", order, space)
         census = np.asarray(n_census, dtype=np.int64)
         prior, d, g = fn(theta, star, point, *rows, census, _scalar(w), _scalar(w * w))
         return float(prior), d, g
@@ -208,13 +233,14 @@ class DifferenceTerms:
         lower_bound: float,
         n_census: int = 0,
         pool: int | None = None,
+        space: str = "parameters",
     ) -> tuple[float, np.ndarray, np.ndarray]:
         """Log prior, residuals ``d`` and ``grad [log prior + sum_census d + sum_g log |D_g -
         a|]``: ``n_census`` census rows first, then consecutive minibatches of ``minibatch``
         rows from the pool (Eq. 5.1's random part; ``D_g = (P/m) sum_g d``)."""
         star, point = self._points(anchor, order)
         w = (self.layer.n_rows if pool is None else pool) / minibatch
-        fn = self._compiled("block_poisson", order)
+        fn = self._compiled("block_poisson", order, space)
         prior, d, g = fn(
             theta,
             star,
@@ -228,9 +254,23 @@ class DifferenceTerms:
         return float(prior), d, g
 
 
-def control_variate_sum(theta: np.ndarray, anchor: Anchor, order: int) -> tuple[float, np.ndarray]:
+def control_variate_sum(
+    theta: np.ndarray,
+    anchor: Anchor,
+    order: int,
+    space: str = "parameters",
+    layer: MinibatchModel | None = None,
+) -> tuple[float, np.ndarray]:
     """``sum_k q_k(theta)`` over all rows and its gradient, from the anchor's full-data sums:
-    ``l(theta*) + A . delta + 1/2 delta' B delta`` and ``A + B delta`` (up to ``order``)."""
+    ``l(theta*) + A . delta + 1/2 delta' B delta`` and ``A + B delta`` (up to ``order``).
+
+    With ``space="likelihood_inputs"`` the expansion is in ``phi`` and the sums in ``phi``
+    come from ``layer`` (:meth:`~pymc_bigdata.likelihood_inputs.LikelihoodInputs.anchor`).
+    """
+    if space == "likelihood_inputs":
+        if layer is None:
+            raise ValueError("The expansion in the likelihood inputs needs the layer.")
+        return layer.likelihood_inputs.control_variate_sum(theta, anchor, order)
     value = float(anchor.loglik)
     gradient = np.zeros_like(theta)
     if order >= 1:

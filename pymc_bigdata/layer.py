@@ -52,6 +52,7 @@ from pytensor.tensor.sharedvar import TensorSharedVariable
 from pymc_bigdata.data import row_column
 from pymc_bigdata.difference_terms import DifferenceTerms
 from pymc_bigdata.errors import ModelNotSupportedError
+from pymc_bigdata.likelihood_inputs import LikelihoodInputs
 from pymc_bigdata.rows import RowSource, check_batch_size
 
 __all__ = ["MapResult", "MinibatchModel"]
@@ -497,6 +498,12 @@ class MinibatchModel:
         batched = vectorize_graph(hv, {self.direction: basis})
         eye = pt.eye(self.theta.shape[0], dtype="float64")
         return self._compile([self.theta], graph_replace(batched, {basis: eye}))
+
+    @cached_property
+    def likelihood_inputs(self) -> LikelihoodInputs:
+        """The parameter-only tensors the row log-likelihood reads (``phi(theta)``), found
+        lazily; see :mod:`pymc_bigdata.likelihood_inputs`."""
+        return LikelihoodInputs(self)
 
     @cached_property
     def difference_terms(self) -> DifferenceTerms:
