@@ -10,7 +10,8 @@ and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and 
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
 ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,
 set-up and sampling time, the step size (SBPS: travel per draw) and control-variate order
-chosen, the census size, divergences, SBPS's proposals per ESS and bound violations, and
+chosen (HMC-ECS: "(φ)" when expanded in the likelihood's inputs), the census size,
+divergences, SBPS's proposals per ESS and bound violations, and
 whether a bias alarm was raised. The Laplace fit's own errors are listed beside them.
 
     .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
@@ -172,6 +173,7 @@ def run_one(name: str, model, ref, sampler: str) -> dict:
             subsample_size=int(stats["subsample_size"].values[0, -1]),
             products=int(stats["products"].values[0, -1]),
             negative_signs=float((stats["sign"].values < 0).mean()),
+            taylor_inputs=bool(stats["taylor_inputs"].values[:, -1].all()),
         )
     if "index_accept" in stats:
         out.update(
@@ -223,7 +225,8 @@ def table(rows: list[dict]) -> str:
             f"| [{r['sd_ratio_min']:.3f}, {r['sd_ratio_max']:.3f}] | {r['min_bulk_ess']:,.0f} "
             f"| {r['data_passes']:,.1f} | {r['ess_per_pass']:.3g} "
             f"| {r['setup_s']:.1f} | {r['sampling_s']:.1f} | {r['step_size']:.3g} × "
-            f"{r['inner_steps']} | {r['cv_order']} | {r['census']} | {r['divergences']} "
+            f"{r['inner_steps']} | {r['cv_order']}{' (φ)' if r.get('taylor_inputs') else ''} "
+            f"| {r['census']} | {r['divergences']} "
             f"| {sbps} | {'yes' if r['bias_alarm'] else 'no'} | {laplace} |"
         )
     return "\n".join(lines)
