@@ -3,9 +3,10 @@
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
 defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (``--samplers`` picks others:
-``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``; on the SBPS paper's logistic
-regression every sampler runs, with ``pmb.pSBPS()`` and the paper's own
-``pSBPS(**pSBPS.PAPER_SETTINGS)``)
+``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``, and HMC-ECS with its Taylor space
+forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``; on the
+SBPS paper's logistic regression every sampler but these three runs, with ``pmb.pSBPS()``
+and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
 ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,
@@ -65,11 +66,19 @@ SAMPLERS = {
     "pSBPS-paper": partial(pmb.pSBPS, **pmb.pSBPS.PAPER_SETTINGS),
     "HMCECS": pmb.HMCECS,
     "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
+    # the Taylor expansion's space forced (taylor_space="auto" picks it for the signed one)
+    "HMCECS-inputs": partial(pmb.HMCECS, taylor_space="likelihood_inputs"),
+    "HMCECS-inputs-m1000": partial(
+        pmb.HMCECS, taylor_space="likelihood_inputs", subsample_size=1000
+    ),
+    "HMCECS-signed-parameters": partial(pmb.HMCECS, estimator="signed", taylor_space="parameters"),
     "EWSG": pmb.EWSG,
     "AusterityMH": pmb.AusterityMH,
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
-#: models on which every sampler of SAMPLERS runs by default
+#: HMC-ECS with its Taylor space forced: run only when named
+FORCED_SPACE = {"HMCECS-inputs", "HMCECS-inputs-m1000", "HMCECS-signed-parameters"}
+#: models on which every sampler of SAMPLERS (but FORCED_SPACE) runs by default
 ALL_SAMPLERS_ON = {"sbps_paper_logistic"}
 
 
@@ -248,7 +257,9 @@ def main(argv=None) -> None:
             print(f"{name}: no reference file, skipped", flush=True)
             continue
         samplers = args.samplers or (
-            list(SAMPLERS) if name in ALL_SAMPLERS_ON else DEFAULT_SAMPLERS
+            [s for s in SAMPLERS if s not in FORCED_SPACE]
+            if name in ALL_SAMPLERS_ON
+            else DEFAULT_SAMPLERS
         )
         for sampler in samplers:
             rows.append(run_one(name, model, ref, sampler))
