@@ -59,9 +59,10 @@ SPACE_DRAWS = 10
 #: ``taylor_space="auto"`` compares the expansions for the signed estimator only. The
 #: perturbed one keeps the parameters: its gradient (4.7) carries ``grad sigma_hat^2``, whose
 #: row weights ``(N/m)^2`` make the fixed-subsample energy rough when a better expansion lets
-#: ``m`` drop (measured on the non-centred hierarchical model: in the likelihood inputs,
-#: m = 100 gave bulk ESS 19 and sd ratio 0.78; m = 1000 gave ESS 264 and 0.06 sd, against
-#: m = 7,769 and ESS 287 in the parameters)
+#: ``m`` drop. On the non-centred hierarchical model (benchmarks/results/
+#: hard_targets_hmcecs_spaces.md) the inputs' expansion gave m = 100 and 0.118 sd (outside
+#: the 0.1 bar; a one-off run with the same seed got ESS 19, one chain's step size 0.10), and
+#: with m = 1000 0.060 sd; the parameters' meets the bars at m = 7,769
 AUTO_SPACE_ESTIMATORS = ("signed",)
 
 #: a window re-fits the anchor only from at least this many draws
