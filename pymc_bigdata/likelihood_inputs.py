@@ -61,12 +61,12 @@ _SELECTION_OPS = (Subtensor, Reshape, DimShuffle, SpecifyShape, ViewOp, Join)
 @dataclass(frozen=True)
 class InputAnchor:
     """Full-data sums of the expansion in ``phi`` at an :class:`~pymc_bigdata.layer.Anchor`:
-    ``phi* = phi(theta*)``, ``A_phi`` there and ``B_phi`` at ``phi(theta_h)`` (None below
+    ``phi* = phi(theta*)``, ``A_phi`` there and ``B_phi`` at ``phi(theta_h)`` (zero below
     second order)."""
 
     phi: np.ndarray
     loglik_grad: np.ndarray
-    loglik_hessian: np.ndarray | None
+    loglik_hessian: np.ndarray
 
 
 class LikelihoodInputs:
@@ -220,7 +220,7 @@ class LikelihoodInputs:
         last = self._last_anchor
         if last is not None and last[0] is anchor and last[1] == order:
             return last[2]
-        hessian = None
+        hessian = np.zeros((self.dim, self.dim))  # first order: no curvature term
         if order >= 2:
             hessian = self._hessian_at(np.asarray(anchor.curvature_point, dtype=np.float64))
         sums = InputAnchor(self(anchor.theta), self.full_loglik_grad(anchor.theta), hessian)
@@ -244,8 +244,9 @@ class LikelihoodInputs:
         if order < 1:
             return value, gradient
         sums = self.anchor(anchor, order)
-        b_phi = sums.loglik_hessian if order >= 2 else np.zeros((self.dim, self.dim))
-        extra, gradient = self._cv_sum_fn(theta, anchor.theta, sums.loglik_grad, b_phi)
+        extra, gradient = self._cv_sum_fn(
+            theta, anchor.theta, sums.loglik_grad, sums.loglik_hessian
+        )
         return value + float(extra), np.asarray(gradient, dtype=np.float64)
 
 
