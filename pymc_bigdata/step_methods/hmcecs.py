@@ -474,12 +474,14 @@ class HMCECS(SubsamplingStep):
         the residuals' spread at the start (``min(1000, N)`` rows), so that the first
         iterations already use a sensible size."""
         self._piloted = True
+        fixed = (self.estimator == "perturbed" and self._given_size is not None) or (
+            self.estimator == "signed" and self._given_products is not None
+        )
+        if fixed and len(self._candidate_spaces()) == 1:
+            return  # nothing to choose: no measurement, no random numbers used
         self._choose_space([self.precond.theta(z0)], force=True)
-        if self.estimator == "perturbed" and self._given_size is not None:
-            self._unit_vars = []
-            return
-        if self.estimator == "signed" and self._given_products is not None:
-            self._level_draws = []
+        if fixed:
+            self._unit_vars, self._level_draws = [], []
             return
         self._retune_subsample()
         self._unit_vars, self._level_draws = [], []
