@@ -105,11 +105,10 @@ class DifferenceTerms:
         delta = coordinates(layer.theta) - star
         residual = rows - rows_at(star)
         point, tangent = pt.vector("expansion_point"), pt.vector("expansion_tangent")
+        slope = pushforward(rows_at(point), point, tangent)  # at a symbolic point, along Delta
         if order >= 1:
-            slope = pushforward(rows_at(point), point, tangent)
             residual = residual - graph_replace(slope, {point: star, tangent: delta})
         if order >= 2:
-            slope = pushforward(rows_at(point), point, tangent)
             curve = pushforward(slope, point, tangent)
             at_h = {point: coordinates(self._curvature_point), tangent: delta}
             residual = residual - 0.5 * graph_replace(curve, at_h)
