@@ -49,6 +49,7 @@ import numpy as np
 import scipy.linalg
 
 __all__ = [
+    "INDEX_WEIGHTS",
     "INTEGRATORS",
     "EWSGInfo",
     "EWSGState",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 INTEGRATORS = ("obabo", "euler")
+#: ``"linear"``: Eq. 4's exponent at ``r' = r`` without its term quadratic in the estimate
+#: (ours, the default); ``"paper"``: Eq. 4's exponent at ``r' = r`` as the paper writes it
+INDEX_WEIGHTS = ("linear", "paper")
 
 
 class EWSGState(NamedTuple):
@@ -108,11 +112,27 @@ def momentum_update(step_size: float, friction: float, integrator: str = "obabo"
     raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}.")
 
 
-def index_log_weight(grad: np.ndarray, momentum: np.ndarray, update: MomentumUpdate) -> np.ndarray:
-    """Unnormalised ``log p_I`` of Eq. 4 at the paper's guess ``r' = r``:
-    ``+|(1 - decay) r - kick g_I|^2 / (2 noise_var)`` (over the last axis)."""
-    gap = (1.0 - update.decay) * momentum - update.kick * grad
-    return 0.5 * np.sum(gap * gap, axis=-1) / update.noise_var
+def index_log_weight(
+    grad: np.ndarray, momentum: np.ndarray, update: MomentumUpdate, weights: str = "linear"
+) -> np.ndarray:
+    """Unnormalised ``log p_I`` of an index (over the last axis).
+
+    ``"paper"``: Eq. 4 at the paper's guess ``r' = r``, ``+|(1 - decay) r - kick g_I|^2 / (2
+    noise_var)``. ``"linear"`` (ours): the same exponent without its term ``kick^2 |g_I|^2 / (2
+    noise_var)``, quadratic in the estimate, which leaves ``-(1 - decay) kick r . g_I /
+    noise_var``. Only differences between indices matter, so ``g_I`` may be read as the full
+    gradient plus the estimate's noise ``e_I``: the linear weights tilt the chosen noise
+    against the momentum (extra friction that balances the noise's extra variance, to first
+    order), while the dropped term prefers indices with a large ``|e_I|`` (a mean bias where
+    the noise is skewed) and amplifies the gradient (docs/ewsg.md).
+    """
+    if weights == "linear":
+        coefficient = (1.0 - update.decay) * update.kick / update.noise_var
+        return -coefficient * np.sum(momentum * grad, axis=-1)
+    if weights == "paper":
+        gap = (1.0 - update.decay) * momentum - update.kick * grad
+        return 0.5 * np.sum(gap * gap, axis=-1) / update.noise_var
+    raise ValueError(f"weights must be one of {INDEX_WEIGHTS}, got {weights!r}.")
 
 
 def index_chain(
@@ -121,6 +141,7 @@ def index_chain(
     update: MomentumUpdate,
     n_proposals: int,
     rng: np.random.Generator,
+    weights: str = "linear",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The index Metropolis chain of Algorithm 1 (Eq. 5) over minibatch gradient estimates.
 
@@ -136,17 +157,19 @@ def index_chain(
         ``M``; 0 gives the uniform minibatch gradient (plain SG underdamped Langevin).
     rng
         Source of the accept draws.
+    weights
+        ``"linear"`` (default) or ``"paper"`` (:func:`index_log_weight`).
 
     Returns
     -------
     The chosen gradient estimate and the number of accepted proposals (per chain).
     """
     current = draw_candidate()
-    log_w = index_log_weight(current, momentum, update)
+    log_w = index_log_weight(current, momentum, update, weights)
     accepted = np.zeros(np.shape(log_w), dtype=np.int64)
     for _ in range(n_proposals):
         proposal = draw_candidate()
-        log_w_new = index_log_weight(proposal, momentum, update)
+        log_w_new = index_log_weight(proposal, momentum, update, weights)
         with np.errstate(invalid="ignore", over="ignore"):
             take = np.log(rng.uniform(size=np.shape(log_w))) < log_w_new - log_w
         current = np.where(np.asarray(take)[..., None], proposal, current)
@@ -164,6 +187,7 @@ def ewsg_steps(
     index_proposals: int,
     rng: np.random.Generator,
     integrator: str = "obabo",
+    weights: str = "linear",
 ) -> tuple[EWSGState, EWSGInfo]:
     """Run ``n_steps`` EWSG steps (Algorithm 1).
 
@@ -183,13 +207,17 @@ def ewsg_steps(
         Source of the index decisions and the injected noise.
     integrator
         ``"obabo"`` (default) or ``"euler"`` (Eq. 3).
+    weights
+        The index weights: ``"linear"`` (default) or ``"paper"`` (:func:`index_log_weight`).
     """
     update = momentum_update(step_size, friction, integrator)
     noise_sd = math.sqrt(update.noise_var)
     z, r = state
     accepted = 0
     for _ in range(n_steps):
-        grad, took = index_chain(partial(draw_candidate, z), r, update, index_proposals, rng)
+        grad, took = index_chain(
+            partial(draw_candidate, z), r, update, index_proposals, rng, weights
+        )
         accepted += int(np.sum(took))
         r_new = update.decay * r + update.kick * grad + noise_sd * rng.standard_normal(r.shape)
         z = z + step_size * (r_new if update.drift_new else r)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pymc_bigdata.kernels.ewsg import (
+    INDEX_WEIGHTS,
     INTEGRATORS,
     EWSGState,
     ewsg_steps,
@@ -47,13 +48,18 @@ class EWSG(SubsamplingStep):
     integrator
         ``"obabo"`` (default; exact stationary law on Gaussian posteriors, ``O(h^2)`` bias
         otherwise) or ``"euler"`` (the paper's Euler-Maruyama step, Eq. 3; ``O(h)`` bias).
+    index_weights
+        ``"linear"`` (default): Eq. 4's exponent at the paper's guess ``r' = r`` without its
+        term quadratic in the gradient estimate, which biases the mean where the minibatch
+        noise is skewed and over-corrects the variance; ``"paper"``: Eq. 4 as written
+        (:func:`~pymc_bigdata.kernels.ewsg.index_log_weight`, docs/ewsg.md).
 
     Notes
     -----
     ``EWSG(**EWSG.PAPER_SETTINGS, step_size=h, friction=gamma)`` is the paper's plain version:
-    Euler-Maruyama, no control variates, no preconditioner (``z = theta - theta_MAP``), fixed
-    ``h`` and ``gamma``. See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the
-    other parameters.
+    Euler-Maruyama, the paper's index weights, no control variates, no preconditioner (``z =
+    theta - theta_MAP``), fixed ``h`` and ``gamma``. See
+    :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the other parameters.
     """
 
     name = "ewsg"
@@ -66,6 +72,7 @@ class EWSG(SubsamplingStep):
     #: the paper's plain version (Sec. 4.2, Algorithm 1); give step_size and friction too
     PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
         "integrator": "euler",
+        "index_weights": "paper",
         "control_variates": False,
         "preconditioner": "identity",
         "adapt": False,
@@ -93,10 +100,15 @@ class EWSG(SubsamplingStep):
         batch_size: int | None = None,
         index_chain_steps: int = 1,
         integrator: str = "obabo",
+        index_weights: str = "linear",
         **kwargs,
     ):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}.")
+        if index_weights not in INDEX_WEIGHTS:
+            raise ValueError(
+                f"index_weights must be one of {INDEX_WEIGHTS}, got {index_weights!r}."
+            )
         if (
             isinstance(index_chain_steps, bool)
             or not isinstance(index_chain_steps, int | np.integer)
@@ -110,8 +122,16 @@ class EWSG(SubsamplingStep):
         if step_size is not None:
             check_positive("step_size", step_size)
         self.integrator = integrator
+        self.index_weights = index_weights
         self.index_chain_steps = int(index_chain_steps)
         super().__init__(vars, step_size=step_size, batch_size=batch_size, **kwargs)
+
+    def _check_reshuffle(self, reshuffle: bool | None) -> bool:
+        """Independent minibatches by default: the index weights balance the noise of
+        candidates drawn independently at every step (as a B-hat correction does). With
+        reshuffling (disjoint minibatches within a pass) the noise partly cancels over a pass
+        and the weights over-correct it (docs/ewsg.md)."""
+        return False if reshuffle is None else bool(reshuffle)
 
     def default_batch_size(self, n_rows: int) -> int:
         """``min(1000, N) // (M + 1)`` rows per candidate: as many rows per step as SGHMC."""
@@ -158,6 +178,7 @@ class EWSG(SubsamplingStep):
             self.index_chain_steps,
             self.rng,
             self.integrator,
+            self.index_weights,
         )
         self._state = new_state if info.finite else None
         self._index_proposals = info.index_proposals

@@ -89,7 +89,9 @@ def _gaussian_kl(mean, cov, target_mean, target_cov) -> float:
     return 0.5 * (np.trace(inv @ cov) + diff @ inv @ diff - k + logdet_t - logdet)
 
 
-def _paper_gaussian_kl(seed: int, n_proposals: int, realizations: int = 10_000) -> float:
+def _paper_gaussian_kl(
+    seed: int, n_proposals: int, weights: str = "linear", realizations: int = 10_000
+) -> float:
     """Sec. 5.1: V(theta) = sum_i |theta - c_i|^2 / 2, n = 20, c_i ~ N(0, I_2), batch 1,
     30 data passes (each step reads M + 1 data), h = 0.05, gamma = 10, Euler-Maruyama;
     KL of the Gaussian fitted to the realizations' final states from the posterior
@@ -103,7 +105,9 @@ def _paper_gaussian_kl(seed: int, n_proposals: int, realizations: int = 10_000) 
 
     steps = 30 * n // (n_proposals + 1)
     start = EWSGState(np.zeros((realizations, 2)), np.zeros((realizations, 2)))
-    state, _ = ewsg_steps(start, draw_candidate, 0.05, 10.0, steps, n_proposals, rng, "euler")
+    state, _ = ewsg_steps(
+        start, draw_candidate, 0.05, 10.0, steps, n_proposals, rng, "euler", weights
+    )
     z = state.position
     return _gaussian_kl(z.mean(0), np.cov(z.T), centres.mean(0), np.eye(2) / n)
 
@@ -123,7 +127,9 @@ def test_papers_gaussian_experiment():
     assert np.sum(gap > 0) >= 8
 
 
-def _position_variance(n_proposals: int, noise_var: float, seed: int) -> float:
+def _position_variance(
+    n_proposals: int, noise_var: float, seed: int, weights: str = "paper"
+) -> float:
     """Unit Gaussian, candidate gradients ``-z + N(0, V)``: EWSG's stationary position
     variance over 20,000 independent chains (h = 0.3, gamma = 1, OBABO)."""
     rng = np.random.default_rng(seed)
@@ -132,7 +138,9 @@ def _position_variance(n_proposals: int, noise_var: float, seed: int) -> float:
         return -z + np.sqrt(noise_var) * rng.standard_normal(z.shape)
 
     start = EWSGState(np.zeros((20_000, 1)), np.zeros((20_000, 1)))
-    state, _ = ewsg_steps(start, draw_candidate, 0.3, 1.0, 300, n_proposals, rng, "obabo")
+    state, _ = ewsg_steps(
+        start, draw_candidate, 0.3, 1.0, 300, n_proposals, rng, "obabo", weights
+    )
     return float(state.position.var())
 
 
@@ -152,7 +160,7 @@ def test_index_chain_trades_inflation_for_contraction():
     assert abs(one - 1.0) < 0.5 * min(uniform - 1.0, 1.0 - many)
 
 
-def _skewed_noise_mean(n_proposals: int, seed: int) -> float:
+def _skewed_noise_mean(n_proposals: int, seed: int, weights: str = "paper") -> float:
     """Unit Gaussian, candidate gradients ``-z + e`` with ``e`` centred-exponential (mean 0,
     skewness 2) at noise share 0.3: EWSG's stationary position mean over 20,000 chains."""
     rng = np.random.default_rng(seed)
@@ -163,7 +171,9 @@ def _skewed_noise_mean(n_proposals: int, seed: int) -> float:
         return -z + noise_sd * (rng.exponential(size=z.shape) - 1.0)
 
     start = EWSGState(np.zeros((20_000, 1)), np.zeros((20_000, 1)))
-    state, _ = ewsg_steps(start, draw_candidate, 0.3, 1.0, 300, n_proposals, rng, "obabo")
+    state, _ = ewsg_steps(
+        start, draw_candidate, 0.3, 1.0, 300, n_proposals, rng, "obabo", weights
+    )
     return float(state.position.mean())
 
 
