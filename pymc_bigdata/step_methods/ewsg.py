@@ -79,8 +79,9 @@ class EWSG(SubsamplingStep):
     }
 
     off_target_consequence = (
-        "Its draws are likely too dispersed (uniform minibatches) or, where the index chain "
-        "over-corrects the noise (large index_chain_steps), too narrow."
+        "Its draws are likely too dispersed (the index chain removes only part of the "
+        "noise's excess, less with one proposal and large noise) or, with the paper's index "
+        "weights at large index_chain_steps or with reshuffled minibatches, too narrow."
     )
 
     stats_dtypes_shapes = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+import arviz as az
 import numpy as np
 import pytest
 from conftest import (
@@ -114,13 +115,15 @@ def test_papers_settings_run_the_plain_version(logistic):
 
 def test_closer_than_sghmc_with_control_variates_off(logistic):
     """The paper's claim on our data: without control variates, at the same step size,
-    friction and minibatch size, EWSG's sds are closer to the posterior's than SGHMC's
+    friction and minibatch size, EWSG's draws are closer to the posterior than SGHMC's
     (B_hat = 0). At h = 0.04 with 100-row minibatches of 5,000 rows the gradient noise feeds
-    about as much variance as the dynamics (noise share ~1): SGHMC's sds come out 13-21 %
-    too wide, EWSG's 8-9 % too narrow (its index chain over-corrects; see docs/ewsg.md).
-    The sd ratios' Monte Carlo error is about 0.02 here, the gap about 0.1. (EWSG's means are
-    the further off, 0.05-0.1 sd against SGHMC's 0.04 at most: the skewed-noise bias of
-    docs/ewsg.md; on the benchmark's data the mean bias dominates and the claim fails.)"""
+    about as much variance as the dynamics (noise share ~1). Measured with seeds 3 and 4
+    (one-off): SGHMC's sds come out 125-152 % too wide with independent minibatches (the
+    paper's uniform subsampling) and 11-21 % with its default reshuffled ones (the noise
+    partly cancels over a pass); EWSG's (defaults: linear index weights, independent
+    minibatches) 4-11 % too wide, the paper's weights 20-31 %; EWSG's means within 0.02 sd.
+    The sd ratios' Monte Carlo error is about 0.02, the gap to reshuffled SGHMC about 0.1.
+    EWSG with the paper's weights fails it (0.31 against 0.21 with seed 3: measured)."""
     model, layer = logistic
     laplace = layer.map_estimate()
     x, y = logistic_data(5_000, 3, seed=11)  # small_logistic's data
@@ -128,12 +131,21 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
         _logistic_log_post(x, y, 1.0), laplace.theta, laplace.hessian, 8_000, seed=5
     )
     settings = {"control_variates": False, "step_size": 0.04, "batch_size": 100}
-    worst = {}
-    for cls in (pmb.SGHMC, pmb.EWSG):
+    samplers = {
+        "SGHMC independent": pmb.SGHMC(model=model, layer=layer, reshuffle=False, **settings),
+        "SGHMC reshuffled": pmb.SGHMC(model=model, layer=layer, **settings),
+        "EWSG": pmb.EWSG(model=model, layer=layer, **settings),
+    }
+    worst, mean_z = {}, {}
+    for name, step in samplers.items():
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pmb.BiasWarning)  # both are off target here
-            idata = sample_two_chains(model, cls(model=model, layer=layer, **settings), seed=3)
-        draws = idata.posterior["beta"].values.reshape(-1, 3)
-        worst[cls.__name__] = float(np.max(np.abs(draws.std(0) / ref["sd"] - 1.0)))
-    assert worst["SGHMC"] > 0.1  # the noise is visible: the comparison can tell
-    assert worst["EWSG"] < worst["SGHMC"] - 0.06
+            warnings.simplefilter("ignore", pmb.BiasWarning)  # all are off target here
+            idata = sample_two_chains(model, step, seed=3)
+        beta = idata.posterior["beta"]
+        draws = beta.values.reshape(-1, 3)
+        worst[name] = float(np.max(np.abs(draws.std(0) / ref["sd"] - 1.0)))
+        mcse = np.asarray(az.mcse(beta.values, method="mean"))
+        mean_z[name] = float(np.max(np.abs(draws.mean(0) - ref["mean"]) / mcse))
+    assert worst["SGHMC independent"] > 0.5  # the noise is visible: the comparison can tell
+    assert worst["EWSG"] < worst["SGHMC reshuffled"] - 0.05
+    assert mean_z["EWSG"] < 4.0
