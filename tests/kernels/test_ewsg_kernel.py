@@ -211,3 +211,9 @@ def test_linear_weights_keep_the_mean_under_skewed_noise():
     effect of the tilt (its exponent is not small at h = 0.3). Mean sd: 0.007."""
     assert abs(_skewed_noise_mean(1, seed=5, weights="linear")) < 0.03
     assert _skewed_noise_mean(20, seed=5, weights="linear") < 0.15
+
+
+def test_unknown_index_weights_are_refused():
+    update = momentum_update(0.3, 1.0, "obabo")
+    with pytest.raises(ValueError, match=r"weights must be one of \('linear', 'paper'\)"):
+        index_log_weight(np.zeros(2), np.ones(2), update, "quadratic")

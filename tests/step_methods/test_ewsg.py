@@ -43,6 +43,7 @@ def logistic(small_logistic):
         ({"friction": -1.0}, r"friction must be a positive finite number"),
         ({"friction": float("nan")}, r"friction must be a positive finite number"),
         ({"integrator": "leapfrog"}, r"integrator must be one of \('obabo', 'euler'\)"),
+        ({"index_weights": "quadratic"}, r"index_weights must be one of \('linear', 'paper'\)"),
         ({"batch_size": 0}, r"batch_size"),
         ({"batch_size": 10**7}, r"batch_size"),
     ],
