@@ -95,8 +95,11 @@ AUSTERITY = (
 #: the EWSG paper's claim (closer than SGHMC without B-hat at the same step size, control
 #: variates off): plain minibatch sums of BATCH_SIZE rows per candidate, fixed steps at which
 #: the gradient noise of N = 1e5 feeds about 30 %, 60 % and 120 % of the variance; SGHMC with
-#: its reshuffled minibatches (its default) and with independent ones (the paper's uniform
-#: subsampling, EWSG's default), EWSG with its default and with the paper's index weights
+#: its reshuffled minibatches (the default) and with independent ones (the paper's uniform
+#: subsampling), EWSG with its defaults (reshuffled), independent minibatches, and the paper's
+#: index weights (independent). In results/ewsg_nocv_n1e5.md (at 5f9464d, when EWSG drew
+#: independent minibatches by default) "ours EWSG, no control variates" is today's
+#: ewsg_nocv_iid, and the paper's weights' rows were independent too
 NOCV_STEPS = (0.005, 0.01, 0.02)
 NOCV_VARIANTS = {
     "sghmc_nocv": ("ours SGHMC, no control variates", pmb.SGHMC, {}, 11),
@@ -106,11 +109,17 @@ NOCV_VARIANTS = {
         {"reshuffle": False},
         11,
     ),
-    "ewsg_nocv": ("ours EWSG, no control variates", pmb.EWSG, {}, 53),
-    "ewsg_nocv_paper": (
-        "ours EWSG, no control variates, the paper's index weights",
+    "ewsg_nocv": ("ours EWSG, no control variates, reshuffled minibatches", pmb.EWSG, {}, 53),
+    "ewsg_nocv_iid": (
+        "ours EWSG, no control variates, independent minibatches",
         pmb.EWSG,
-        {"index_weights": "paper"},
+        {"reshuffle": False},
+        53,
+    ),
+    "ewsg_nocv_paper": (
+        "ours EWSG, no control variates, the paper's index weights, independent minibatches",
+        pmb.EWSG,
+        {"index_weights": "paper", "reshuffle": False},
         53,
     ),
 }

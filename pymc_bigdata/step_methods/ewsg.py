@@ -127,13 +127,6 @@ class EWSG(SubsamplingStep):
         self.index_chain_steps = int(index_chain_steps)
         super().__init__(vars, step_size=step_size, batch_size=batch_size, **kwargs)
 
-    def _check_reshuffle(self, reshuffle: bool | None) -> bool:
-        """Independent minibatches by default: the index weights balance the noise of
-        candidates drawn independently at every step (as a B-hat correction does). With
-        reshuffling (disjoint minibatches within a pass) the noise partly cancels over a pass
-        and the weights over-correct it (docs/ewsg.md)."""
-        return False if reshuffle is None else bool(reshuffle)
-
     def default_batch_size(self, n_rows: int) -> int:
         """``min(1000, N) // (M + 1)`` rows per candidate: as many rows per step as SGHMC."""
         return max(1, min(1000, n_rows) // (self.index_chain_steps + 1))

@@ -121,8 +121,9 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
     about as much variance as the dynamics (noise share ~1). Measured with seeds 3 and 4
     (one-off): SGHMC's sds come out 125-152 % too wide with independent minibatches (the
     paper's uniform subsampling) and 11-21 % with its default reshuffled ones (the noise
-    partly cancels over a pass); EWSG's (defaults: linear index weights, independent
-    minibatches) 4-11 % too wide, the paper's weights 20-31 %; EWSG's means within 0.02 sd.
+    partly cancels over a pass); EWSG's (linear index weights, independent minibatches)
+    4-11 % too wide, the paper's weights 20-31 %; EWSG's means within 0.02 sd. (EWSG with its
+    default reshuffled minibatches over-corrects: 7-9 % too narrow.)
     The sd ratios' Monte Carlo error is about 0.02, the gap to reshuffled SGHMC about 0.1.
     EWSG with the paper's weights fails it (0.31 against 0.21 with seed 3: measured)."""
     model, layer = logistic
@@ -135,7 +136,7 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
     samplers = {
         "SGHMC independent": pmb.SGHMC(model=model, layer=layer, reshuffle=False, **settings),
         "SGHMC reshuffled": pmb.SGHMC(model=model, layer=layer, **settings),
-        "EWSG": pmb.EWSG(model=model, layer=layer, **settings),
+        "EWSG": pmb.EWSG(model=model, layer=layer, reshuffle=False, **settings),
     }
     worst, mean_z = {}, {}
     for name, step in samplers.items():
