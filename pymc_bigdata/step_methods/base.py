@@ -59,6 +59,12 @@ BLOWUP_Z = 1e4
 #: 1 +- sqrt(2 / d), and a chain started this far out in z would have ``|z|`` ~ 1000
 BLOWUP_VIRIAL = 1e6
 
+#: a kinetic temperature (``2 K / d`` over its equilibrium value) above this is a blow-up:
+#: at equilibrium it is 1 +- sqrt(2 / d). Without it a draw whose momentum exploded but whose
+#: position had not yet left was kept, and the chain restarted from it diverged ever after
+#: (EWSG on the non-centred hierarchical target: temperature 5e6 at an accepted draw)
+BLOWUP_TEMPERATURE = 1e4
+
 #: after tuning, the gradient noise is measured on one transition every this many draws
 MEASURE_EVERY = 10
 
@@ -695,12 +701,14 @@ class SubsamplingStep(ArrayStepShared):
 
     def _blew_up(self, z: np.ndarray, lp: float, virial: float) -> bool:
         """A draw that left the posterior: far out in z, a virial far from 1 (or not
-        finite), a measured log density that is not finite, or one that fell by more than
-        the threshold."""
+        finite), a kinetic temperature far above 1, a measured log density that is not
+        finite, or one that fell by more than the threshold."""
         measured = self._pending_noise is not None
         if float(np.max(np.abs(z))) > BLOWUP_Z or (measured and not math.isfinite(lp)):
             return True
         if self._eval_grad is not None and not abs(virial) < BLOWUP_VIRIAL:
+            return True
+        if self._kinetic_temperature() > BLOWUP_TEMPERATURE:  # NaN (no momentum): not judged
             return True
         return self._lp_track.dropped(lp, early=self.cv_order > 0)
 
