@@ -385,3 +385,30 @@ def test_census_leaves_enough_rows_for_a_minibatch(small_logistic, monkeypatch):
     step = pmb.SGLD(model=model, layer=layer, batch_size=4900)
     assert len(step.census) == 100
     assert len(step._rows.draw()) == 4900
+
+
+def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
+    """A draw whose kinetic temperature exceeds BLOWUP_TEMPERATURE is rejected as diverging
+    even where its position has not left yet: the chain goes on from the previous draw
+    (kept, a draw with an exploded momentum trapped EWSG: every later draw diverged)."""
+    from pymc_bigdata.step_methods.base import BLOWUP_TEMPERATURE
+
+    model, _ = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    original = step._kinetic_temperature
+    exploded = {70, 71, 85}  # draws after the 60 tuning draws
+
+    def temperature(s=step, o=original):
+        return 10 * BLOWUP_TEMPERATURE if s._draw_index in exploded else o()
+
+    monkeypatch.setattr(step, "_kinetic_temperature", temperature)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(step=step, chains=1, random_seed=8, **SAMPLE_KW)
+    diverging = idata.sample_stats["diverging"].values[0]
+    assert set(np.flatnonzero(diverging) + SAMPLE_KW["tune"]) == exploded
+    beta = idata.posterior["beta"].values[0]
+    for index in exploded:
+        np.testing.assert_array_equal(
+            beta[index - SAMPLE_KW["tune"]], beta[index - 1 - SAMPLE_KW["tune"]]
+        )
