@@ -109,11 +109,16 @@ NOCV_VARIANTS = {
         {"reshuffle": False},
         11,
     ),
-    "ewsg_nocv": ("ours EWSG, no control variates, reshuffled minibatches", pmb.EWSG, {}, 53),
+    "ewsg_nocv": (
+        "ours EWSG, no control variates, reshuffled minibatches",
+        pmb.EWSG,
+        {"index_weights": "linear"},
+        53,
+    ),
     "ewsg_nocv_iid": (
         "ours EWSG, no control variates, independent minibatches",
         pmb.EWSG,
-        {"reshuffle": False},
+        {"index_weights": "linear", "reshuffle": False},
         53,
     ),
     "ewsg_nocv_paper": (

@@ -63,7 +63,7 @@ __all__ = [
 
 INTEGRATORS = ("obabo", "euler")
 #: ``"linear"``: Eq. 4's exponent at ``r' = r`` without its term quadratic in the estimate
-#: (ours, the default); ``"paper"``: Eq. 4's exponent at ``r' = r`` as the paper writes it
+#: (ours); ``"paper"``: Eq. 4's exponent at ``r' = r`` as the paper writes it
 INDEX_WEIGHTS = ("linear", "paper")
 
 

@@ -49,10 +49,10 @@ class EWSG(SubsamplingStep):
         ``"obabo"`` (default; exact stationary law on Gaussian posteriors, ``O(h^2)`` bias
         otherwise) or ``"euler"`` (the paper's Euler-Maruyama step, Eq. 3; ``O(h)`` bias).
     index_weights
-        ``"linear"`` (default): Eq. 4's exponent at the paper's guess ``r' = r`` without its
-        term quadratic in the gradient estimate, which biases the mean where the minibatch
-        noise is skewed and over-corrects the variance; ``"paper"``: Eq. 4 as written
-        (:func:`~pymc_bigdata.kernels.ewsg.index_log_weight`, docs/ewsg.md).
+        ``"paper"`` (default): Eq. 4 at the paper's guess ``r' = r``; ``"linear"``: the same
+        exponent without its term quadratic in the gradient estimate, which biases the mean
+        where the minibatch noise is skewed and over-corrects the variance (closer without
+        control variates, but it failed one hard target at one seed; docs/ewsg.md).
 
     Notes
     -----
@@ -101,7 +101,7 @@ class EWSG(SubsamplingStep):
         batch_size: int | None = None,
         index_chain_steps: int = 1,
         integrator: str = "obabo",
-        index_weights: str = "linear",
+        index_weights: str = "paper",
         **kwargs,
     ):
         if integrator not in INTEGRATORS:

@@ -136,7 +136,9 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
     samplers = {
         "SGHMC independent": pmb.SGHMC(model=model, layer=layer, reshuffle=False, **settings),
         "SGHMC reshuffled": pmb.SGHMC(model=model, layer=layer, **settings),
-        "EWSG": pmb.EWSG(model=model, layer=layer, reshuffle=False, **settings),
+        "EWSG": pmb.EWSG(
+            model=model, layer=layer, index_weights="linear", reshuffle=False, **settings
+        ),
     }
     worst, mean_z = {}, {}
     for name, step in samplers.items():
