@@ -560,10 +560,16 @@ class HMCECS(SubsamplingStep):
     def _retune_products(self) -> None:
         if self._given_products is not None or not self._level_draws:
             return
-        levels = np.array([level for level, _ in self._level_draws])
-        within = np.array([sigma2 for _, sigma2 in self._level_draws])
-        # one minibatch estimate's variance about a fixed a: within a draw, plus across draws
-        variance = float(np.mean(within)) + (float(np.var(levels)) if len(levels) > 1 else 0.0)
+        # the later half of the draws measured since the anchor (or the Taylor space) last
+        # changed: sigma^2 at a draw does not depend on lambda, so they all count (one
+        # window's 50 draws gave lambda from 4 to 34 on one chain)
+        recent = self._level_draws[len(self._level_draws) // 2 :]
+        levels = np.array([level for level, _ in recent])
+        within = np.array([sigma2 for _, sigma2 in recent])
+        # one minibatch estimate's variance about a fixed a: within a draw (its
+        # SIZE_QUANTILE over the draws, as for m), plus across draws
+        spread = float(np.quantile(within, SIZE_QUANTILE))
+        variance = spread + (float(np.var(levels)) if len(levels) > 1 else 0.0)
         lam, a = block_poisson_settings(
             float(np.mean(levels)),
             math.sqrt(variance),
@@ -574,7 +580,6 @@ class HMCECS(SubsamplingStep):
         if lam != self.products or a != self.lower_bound:
             self.products, self.lower_bound = lam, a
             self._subsample = self._evaluation = None
-        self._level_draws = []
 
     # ------------------------------------------------------------------ base hooks
     def _adapt(self, theta: np.ndarray) -> None:
