@@ -12,6 +12,7 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
+import scipy.stats
 from pymc.sampling.mcmc import assign_step_methods
 
 import pymc_bigdata as pmb
@@ -407,6 +408,8 @@ def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
         idata = pm.sample(step=step, chains=1, random_seed=8, **SAMPLE_KW)
     diverging = idata.sample_stats["diverging"].values[0]
     assert set(np.flatnonzero(diverging) + SAMPLE_KW["tune"]) == exploded
+    # the bound is out of reach of equilibrium: 2K/d ~ chi2_d / d, worst at d = 1
+    assert scipy.stats.chi2.sf(BLOWUP_TEMPERATURE, df=1) < 1e-20
     beta = idata.posterior["beta"].values[0]
     for index in exploded:
         np.testing.assert_array_equal(
