@@ -109,6 +109,19 @@ NOCV_VARIANTS = {
         {"reshuffle": False},
         11,
     ),
+    # SGHMC reading as many rows per step as EWSG (both candidates' rows in one minibatch)
+    "sghmc_nocv_rows2": (
+        "ours SGHMC, no control variates, 2 x BATCH_SIZE rows per step",
+        pmb.SGHMC,
+        {"batch_size": 2 * BATCH_SIZE},
+        11,
+    ),
+    "sghmc_nocv_iid_rows2": (
+        "ours SGHMC, no control variates, independent minibatches, 2 x BATCH_SIZE rows per step",
+        pmb.SGHMC,
+        {"batch_size": 2 * BATCH_SIZE, "reshuffle": False},
+        11,
+    ),
     "ewsg_nocv": (
         "ours EWSG, no control variates, reshuffled minibatches",
         pmb.EWSG,
