@@ -124,6 +124,7 @@ class AusterityMH(SubsamplingStep):
     """
 
     name = "austerity_mh"
+    accept_step = True
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,

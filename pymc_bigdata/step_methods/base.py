@@ -188,6 +188,9 @@ class SubsamplingStep(ArrayStepShared):
 
     name: ClassVar[str] = "subsampling"
     default_blocked = True
+    #: whether the kernel ends each transition with its own accept test (HMC-ECS, Austerity):
+    #: then a divergence or a blow-up never undoes the kernel's move (see ``astep``)
+    accept_step: ClassVar[bool] = False
     #: step size in z coordinates for unit curvature, and transitions per draw
     default_step_size: ClassVar[float] = 0.1
     default_inner_steps: ClassVar[int] = 10
@@ -658,7 +661,12 @@ class SubsamplingStep(ArrayStepShared):
         lp = self._eval_lp
         virial = self._virial()
         diverging = not finite or self._blew_up(z, lp, virial)
-        if diverging:
+        if diverging and self.accept_step:
+            # the kernel's accept step decided: its state (a rejected divergence, or an
+            # accepted move that looks like a blow-up) is the chain's, never undone
+            self._on_kept_divergence(blew_up=finite)
+            lp, virial = math.nan, math.nan
+        elif diverging:
             self._on_divergence(z0)
             z, lp, virial = z0, math.nan, math.nan
         else:
@@ -768,6 +776,27 @@ class SubsamplingStep(ArrayStepShared):
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
         return math.nan
+
+    def _on_kept_divergence(self, blew_up: bool) -> None:
+        """A divergence of a sampler with an accept step (``accept_step``): the chain keeps
+        the kernel's state (undoing an accepted move would break reversibility), the draw is
+        recorded as diverging, and after tuning a warning says so once."""
+        if self._warned_divergence or self.tune:
+            return
+        self._warned_divergence = True
+        what = (
+            "an accepted move reached a point that looks like a numerical blow-up (far out "
+            "in the preconditioned coordinates, or a log-density drop of more than "
+            f"{LOGP_DROP_DIVERGENCE:g}); the chain kept it, since its accept test decided"
+            if blew_up
+            else "a trajectory met a non-finite value or a large energy error and was rejected"
+        )
+        warnings.warn(
+            f"{type(self).__name__}: {what}; the draw is recorded as diverging. If this "
+            "repeats, lower step_size.",
+            DivergenceWarning,
+            stacklevel=3,
+        )
 
     def _on_divergence(self, z0: np.ndarray) -> None:
         self._reset_kernel_state()

@@ -146,6 +146,7 @@ class HMCECS(SubsamplingStep):
     """
 
     name = "hmcecs"
+    accept_step = True
     default_step_size: ClassVar[float] = 0.25
     default_blocks: ClassVar[int] = 100
     default_minibatch: ClassVar[int] = 30

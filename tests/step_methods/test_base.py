@@ -415,3 +415,43 @@ def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
         np.testing.assert_array_equal(
             beta[index - SAMPLE_KW["tune"]], beta[index - 1 - SAMPLE_KW["tune"]]
         )
+
+
+@pytest.mark.parametrize(
+    "make_step",
+    [
+        lambda m, layer: pmb.HMCECS(model=m, layer=layer),
+        lambda m, layer: pmb.AusterityMH(model=m, layer=layer),
+    ],
+    ids=["hmcecs", "austerity"],
+)
+def test_blow_up_never_undoes_an_accepted_move(small_logistic, monkeypatch, make_step):
+    """A sampler with its own accept test keeps the move it accepted when the blow-up check
+    fires (reverting it would break reversibility): the draw is recorded as diverging and a
+    DivergenceWarning says so, but the chain moves as its kernel decided. Fails when astep
+    reverts every blown-up draw to its start (the chain would never move)."""
+    import pymc_bigdata.step_methods.base as base
+
+    model, layer = small_logistic
+    monkeypatch.setattr(base, "BLOWUP_Z", -1.0)  # every draw "blows up"
+    step = make_step(model, layer)
+    with model, pytest.warns(pmb.DivergenceWarning, match="the chain kept it"):
+        idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
+    assert idata.sample_stats["diverging"].values.all()
+    draws = idata.posterior["beta"].values[0]
+    moved = np.any(np.diff(draws, axis=0) != 0, axis=1)
+    assert moved.mean() > 0.2, moved.mean()
+
+
+def test_blow_up_of_a_gradient_sampler_reverts_the_draw(small_logistic, monkeypatch):
+    """Without an accept test (SGHMC), a blown-up draw is rejected: the chain stays put."""
+    import pymc_bigdata.step_methods.base as base
+
+    model, layer = small_logistic
+    monkeypatch.setattr(base, "BLOWUP_Z", -1.0)
+    step = pmb.SGHMC(model=model, layer=layer, step_size=0.1)
+    with model, pytest.warns(pmb.DivergenceWarning):
+        idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
+    assert idata.sample_stats["diverging"].values.all()
+    draws = idata.posterior["beta"].values[0]
+    assert np.all(draws == draws[0])

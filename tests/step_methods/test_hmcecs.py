@@ -204,3 +204,44 @@ def test_many_negative_signs_raise_a_warning():
     assert 0.3 < float((idata.sample_stats["sign"].values < 0).mean()) < 0.7
     messages = [str(w.message) for w in caught if issubclass(w.category, pmb.BiasWarning)]
     assert any("negative" in m for m in messages)
+
+
+def test_signed_divergent_draws_keep_their_sign(logistic):
+    """A divergent signed draw records the sign of the estimate at the state the chain keeps
+    (the kernel's rejected trajectory leaves theta and the new subsample u, whose estimate can
+    be negative). Every trajectory diverges here (step size 50) and the lower bound sits
+    far above every minibatch estimate, so each factor of (5.1) is negative and the sign is
+    (-1)^(number of factors): negative draws are common. Fails when a divergence resets the
+    evaluation and the stat falls back to +1 (Eq. 5.3's averages biased)."""
+    model, layer = logistic
+    step = pmb.HMCECS(
+        model=model,
+        layer=layer,
+        estimator="signed",
+        products=1,
+        lower_bound=1e6,
+        step_size=50.0,
+    )
+    recorded, recomputed = [], []
+
+    def check(trace, draw):
+        recorded.append(int(draw.stats[0]["sign"]))
+        diverging = bool(draw.stats[0]["diverging"])
+        kept = step._evaluate(step._last_z, step._subsample)  # the chain's state after the draw
+        recomputed.append((kept.sign, diverging))
+
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm.sample(
+            step=step,
+            tune=0,
+            draws=60,
+            chains=1,
+            random_seed=4,
+            progressbar=False,
+            compute_convergence_checks=False,
+            callback=check,
+        )
+    assert all(diverging for _, diverging in recomputed)
+    assert recorded == [sign for sign, _ in recomputed]
+    assert recorded.count(-1) > 0

@@ -1,0 +1,168 @@
+"""Fingerprints of every sampler's draws at fixed seeds: does a refactor keep behaviour?
+
+Each sampler runs one short chain (200 tuning draws, 200 draws) on small fast targets at a
+fixed seed; the script records a SHA-256 of the draws (posterior and sample stats, bit for
+bit) and their means. Run it at two commits and compare the JSON files: a sampler whose
+algorithm did not change must give identical hashes.
+
+    bash scripts/venv.sh benchmarks/fingerprints.py OUT.json
+    bash scripts/venv.sh benchmarks/fingerprints.py --compare A.json B.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pymc as pm
+
+import pymc_bigdata as pmb
+from pymc_bigdata.demo import make_data
+
+TUNE, DRAWS, SEED = 200, 200, 20261124
+
+
+def logistic_model() -> pm.Model:
+    """A 4,000-row, 3-coefficient logistic regression."""
+    features, outcome = make_data(4_000, 3, 11, coef_sd=0.5)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
+    return model
+
+
+def hierarchical_model() -> pm.Model:
+    """A non-centred varying-intercept Gaussian model: 3,000 rows in 8 uneven groups."""
+    rng = np.random.default_rng(5)
+    sizes = np.array([5, 20, 50, 100, 300, 600, 900, 1025])
+    group = np.repeat(np.arange(8), sizes)
+    effects = rng.normal(0.5, 0.7, size=8)
+    x = rng.normal(size=group.size)
+    y = effects[group] + 0.4 * x + rng.normal(size=group.size)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=8)
+        slope = pm.Normal("slope", 0.0, 1.0)
+        pm.Normal("y", mu + tau * z[group] + slope * x, 1.0, observed=y)
+    return model
+
+
+def selection_model() -> pm.Model:
+    """Two binary inclusion indicators over a 2,000-row Gaussian regression."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2_000, 2))
+    y = 0.8 * x[:, 0] + rng.normal(size=2_000)
+    with pm.Model() as model:
+        g = pm.Bernoulli("g", 0.5, shape=2)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=2)
+        pm.Normal("y", pm.math.dot(x, g * beta), 1.0, observed=y)
+    return model
+
+
+SAMPLERS: dict[str, Callable[[pm.Model], object]] = {
+    "SGLD": lambda m: pmb.SGLD(),
+    "SGHMC": lambda m: pmb.SGHMC(),
+    "SBPS": lambda m: pmb.SBPS(),
+    "pSBPS": lambda m: pmb.pSBPS(),
+    "HMCECS-perturbed": lambda m: pmb.HMCECS(),
+    "HMCECS-signed": lambda m: pmb.HMCECS(estimator="signed"),
+    "EWSG": lambda m: pmb.EWSG(),
+    "AusterityMH": lambda m: pmb.AusterityMH(),
+}
+
+TARGETS: dict[str, Callable[[], pm.Model]] = {
+    "logistic": logistic_model,
+    "hierarchical": hierarchical_model,
+}
+
+
+def fingerprint(idata) -> dict:
+    """SHA-256 of the posterior and sample-stats arrays (bit for bit) and the draws' means."""
+    digest = hashlib.sha256()
+    means = {}
+    for group in ("posterior", "sample_stats"):
+        data = idata[group]
+        for name in sorted(data.data_vars):
+            values = np.asarray(data[name].values)
+            if values.dtype == object:
+                continue
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(values).tobytes())
+            if group == "posterior":
+                means[name] = np.round(values.mean(axis=(0, 1)), 6).tolist()
+    return {"sha256": digest.hexdigest(), "means": means}
+
+
+def run_one(model: pm.Model, make_step: Callable) -> dict:
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = make_step(model)
+        idata = pm.sample(
+            step=step,
+            tune=TUNE,
+            draws=DRAWS,
+            chains=1,
+            cores=1,
+            random_seed=SEED,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    return fingerprint(idata)
+
+
+def run_all(only: list[str] | None) -> dict:
+    results = {}
+    for target, build in TARGETS.items():
+        for name, make_step in SAMPLERS.items():
+            key = f"{target}/{name}"
+            if only and not any(o in key for o in only):
+                continue
+            results[key] = run_one(build(), make_step)
+            print(key, results[key]["sha256"][:16], flush=True)
+    if not only or any("selection" in o for o in only):
+        model = selection_model()
+        with model:
+            cont = model["beta"]
+            binary = model["g"]
+
+        def compound(m):
+            return [pmb.AusterityGibbs([binary]), pmb.SGHMC([cont])]
+
+        results["selection/AusterityGibbs+SGHMC"] = run_one(model, compound)
+        print("selection/AusterityGibbs+SGHMC", results["selection/AusterityGibbs+SGHMC"])
+    return results
+
+
+def compare(a: dict, b: dict) -> int:
+    changed = 0
+    for key in sorted(set(a) | set(b)):
+        same = key in a and key in b and a[key]["sha256"] == b[key]["sha256"]
+        changed += not same
+        print(f"{'same   ' if same else 'CHANGED'} {key}")
+    return changed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", help="JSON file to write")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    parser.add_argument("--only", nargs="*", help="substrings of target/sampler keys to run")
+    args = parser.parse_args(argv)
+    if args.compare:
+        with open(args.compare[0]) as fa, open(args.compare[1]) as fb:
+            return 1 if compare(json.load(fa), json.load(fb)) else 0
+    results = run_all(args.only)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
