@@ -85,18 +85,20 @@ TARGETS: dict[str, Callable[[], pm.Model]] = {
 def fingerprint(idata) -> dict:
     """SHA-256 of the posterior and sample-stats arrays (bit for bit) and the draws' means."""
     digest = hashlib.sha256()
-    means = {}
+    means, arrays = {}, {}
     for group in ("posterior", "sample_stats"):
         data = idata[group]
         for name in sorted(data.data_vars):
             values = np.asarray(data[name].values)
             if values.dtype == object:
                 continue
+            raw = np.ascontiguousarray(values).tobytes()
             digest.update(name.encode())
-            digest.update(np.ascontiguousarray(values).tobytes())
+            digest.update(raw)
+            arrays[f"{group}/{name}"] = hashlib.sha256(raw).hexdigest()[:16]
             if group == "posterior":
                 means[name] = np.round(values.mean(axis=(0, 1)), 6).tolist()
-    return {"sha256": digest.hexdigest(), "means": means}
+    return {"sha256": digest.hexdigest(), "means": means, "arrays": arrays}
 
 
 def run_one(model: pm.Model, make_step: Callable) -> dict:
@@ -144,7 +146,11 @@ def compare(a: dict, b: dict) -> int:
     for key in sorted(set(a) | set(b)):
         same = key in a and key in b and a[key]["sha256"] == b[key]["sha256"]
         changed += not same
-        print(f"{'same   ' if same else 'CHANGED'} {key}")
+        which = ""
+        if not same and key in a and key in b and "arrays" in a[key] and "arrays" in b[key]:
+            arrays_a, arrays_b = a[key]["arrays"], b[key]["arrays"]
+            which = " ".join(k for k in sorted(arrays_a) if arrays_a[k] != arrays_b.get(k))
+        print(f"{'same   ' if same else 'CHANGED'} {key} {which}")
     return changed
 
 

@@ -188,6 +188,7 @@ def ewsg_steps(
     rng: np.random.Generator,
     integrator: str = "obabo",
     weights: str = "linear",
+    last_candidate: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[EWSGState, EWSGInfo]:
     """Run ``n_steps`` EWSG steps (Algorithm 1).
 
@@ -209,15 +210,18 @@ def ewsg_steps(
         ``"obabo"`` (default) or ``"euler"`` (Eq. 3).
     weights
         The index weights: ``"linear"`` (default) or ``"paper"`` (:func:`index_log_weight`).
+    last_candidate
+        ``draw_candidate`` for the last step's candidates (default ``draw_candidate``): where
+        the step method measures its estimator's noise.
     """
     update = momentum_update(step_size, friction, integrator)
     noise_sd = math.sqrt(update.noise_var)
     z, r = state
     accepted = 0
-    for _ in range(n_steps):
-        grad, took = index_chain(
-            partial(draw_candidate, z), r, update, index_proposals, rng, weights
-        )
+    for step in range(n_steps):
+        last = last_candidate is not None and step == n_steps - 1
+        candidate = partial(last_candidate if last else draw_candidate, z)
+        grad, took = index_chain(candidate, r, update, index_proposals, rng, weights)
         accepted += int(np.sum(took))
         r_new = update.decay * r + update.kick * grad + noise_sd * rng.standard_normal(r.shape)
         z = z + step_size * (r_new if update.drift_new else r)

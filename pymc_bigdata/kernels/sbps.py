@@ -52,7 +52,9 @@ __all__ = [
     "sbps_init",
 ]
 
-#: proposals per call beyond which the process counts as stuck (a collapsed rate)
+#: proposals per call beyond which the call stops where the process is (a collapsed rate, or
+#: a bound far above the gradient): the info says ``exhausted``, and the next call goes on
+#: from that state. Discarding the path instead would make the draws' law depend on it
 MAX_PROPOSALS = 100_000
 
 #: ours: the band's noise variance ``c_m^2`` (Eq. 12) is at least the running mean of the
@@ -125,6 +127,10 @@ class SBPSInfo(NamedTuple):
     #: lambda`` (proposals arrive at rate lambda, so this estimates the time integral of the
     #: rate ``([G]_+ - lambda)_+`` the thinning could not realise)
     missed_bounces: float = 0.0
+    #: the call stopped at ``MAX_PROPOSALS`` proposals, after ``travelled`` of its travel
+    #: time (the process goes on from there in the next call; nothing is undone)
+    exhausted: bool = False
+    travelled: float = math.nan
 
 
 class Skeleton(NamedTuple):
@@ -231,7 +237,8 @@ def sbps_advance(
     ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
     (``direction = M v``).  ``knot_scale`` sets the spacing of the proposal rate's knots
     (about the length of a segment).  A non-finite observation or position stops the call
-    with ``finite=False`` (the caller rejects the draw).  With ``record_skeleton`` the info
+    with ``finite=False`` (the caller rejects the draw); more than ``MAX_PROPOSALS``
+    proposals stop it early, the state kept (``exhausted``).  With ``record_skeleton`` the info
     holds the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates), for
     quadrature of other functions along the path (Eq. 19).
     """
@@ -243,7 +250,7 @@ def sbps_advance(
     path = _Path(embed, x, record_skeleton)
     left = float(duration)
 
-    def finish(finite: bool) -> tuple[SBPSState, SBPSInfo]:
+    def finish(finite: bool, exhausted: bool = False) -> tuple[SBPSState, SBPSInfo]:
         new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq, noise_level)
         info = SBPSInfo(
             counts["proposals"],
@@ -258,6 +265,8 @@ def sbps_advance(
             path.integral_sq,
             path.skeleton(),
             missed,
+            exhausted,
+            float(duration) - left,
         )
         return new, info
 
@@ -305,8 +314,8 @@ def sbps_advance(
             segment = observed
             continue
         counts["proposals"] += 1
-        if counts["proposals"] > MAX_PROPOSALS:
-            return finish(False)
+        if counts["proposals"] > MAX_PROPOSALS:  # stop here, keeping the path so far
+            return finish(True, exhausted=True)
         bound = interpolate_rate(knots, rates, clock)
         expected += _violation_probability(fit, clock, bound)
         positive = max(obs.value, 0.0)

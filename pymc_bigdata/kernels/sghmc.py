@@ -132,6 +132,7 @@ def baoab_steps(
     n_steps: int,
     rng: np.random.Generator,
     grad_noise_var: np.ndarray | None = None,
+    last_grad: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[SGHMCState, SGHMCInfo]:
     """Run ``n_steps`` BAOAB steps of SGHMC dynamics (Eq. 13 with M = I).
 
@@ -151,6 +152,9 @@ def baoab_steps(
         Source of the injected noise.
     grad_noise_var
         Diagonal of ``V_hat`` (variance of the gradient estimate), or None for ``B_hat = 0``.
+    last_grad
+        The gradient callback for the last step (default ``grad_log_density``): where the
+        step method measures its estimator's noise.
     """
     z, v, g = state
     decay = np.exp(-friction * step_size)
@@ -167,7 +171,7 @@ def baoab_steps(
         z = z + half * v
         v = decay * v + noise[i]
         z = z + half * v
-        g = grad_log_density(z)
+        g = _grad_for(i, n_steps, grad_log_density, last_grad)(z)
         v = v + half * g
     finite = bool(np.isfinite(z).all() and np.isfinite(v).all())
     return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped)
@@ -181,12 +185,14 @@ def sghmc_steps(
     n_steps: int,
     rng: np.random.Generator,
     grad_noise_var: np.ndarray | None = None,
+    last_grad: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[SGHMCState, SGHMCInfo]:
     """Run ``n_steps`` of Algorithm 2 in the Eq. 15 form (the paper's own integrator).
 
     The momentum slot holds ``v = eps r``; ``eta = eps^2``, ``alpha = eps * friction`` and
     ``beta_hat = eta * V_hat / 2``.  The gradient slot is left as given (this integrator
-    evaluates the gradient at the new position each step and does not reuse it).
+    evaluates the gradient at the new position each step and does not reuse it).  The
+    arguments are :func:`baoab_steps`'s.
     """
     z, v, g = state
     eta = step_size**2
@@ -197,7 +203,17 @@ def sghmc_steps(
     noise = rng.standard_normal((n_steps, z.shape[0])) * noise_sd
     for i in range(n_steps):
         z = z + v
-        g = grad_log_density(z)
+        g = _grad_for(i, n_steps, grad_log_density, last_grad)(z)
         v = v + eta * g - alpha * v + noise[i]
     finite = bool(np.isfinite(z).all() and np.isfinite(v).all())
     return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped)
+
+
+def _grad_for(
+    step: int,
+    n_steps: int,
+    grad_log_density: Callable[[np.ndarray], np.ndarray],
+    last_grad: Callable[[np.ndarray], np.ndarray] | None,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The gradient callback of step ``step``: ``last_grad`` (if given) on the last one."""
+    return last_grad if last_grad is not None and step == n_steps - 1 else grad_log_density

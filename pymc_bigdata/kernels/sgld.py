@@ -35,6 +35,7 @@ def sgld_steps(
     step_size: float,
     n_steps: int,
     rng: np.random.Generator,
+    last_grad: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, SGLDInfo]:
     """Run ``n_steps`` SGLD updates from ``position``.
 
@@ -50,6 +51,9 @@ def sgld_steps(
         Number of updates.
     rng
         Source of the injected noise.
+    last_grad
+        The gradient callback for the last update (default ``grad_log_density``): where
+        the step method measures its estimator's noise.
 
     Returns
     -------
@@ -60,6 +64,7 @@ def sgld_steps(
     half = 0.5 * step_size
     z = position
     for i in range(n_steps):
-        z = z + half * grad_log_density(z) + noise[i]
+        grad = last_grad if last_grad is not None and i == n_steps - 1 else grad_log_density
+        z = z + half * grad(z) + noise[i]
     finite = bool(np.isfinite(z).all())
     return z, SGLDInfo(n_steps=n_steps, finite=finite)

@@ -24,15 +24,16 @@ import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.difference_terms import control_variate_sum
+from pymc_bigdata.dual_averaging import dual_averaging_init, dual_averaging_update
 from pymc_bigdata.kernels.austerity import (
     Proposal,
     langevin_proposal,
     mh_decision,
     random_walk_proposal,
 )
-from pymc_bigdata.kernels.hmcecs import dual_averaging_init, dual_averaging_update
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["AusterityMH"]
 
@@ -287,7 +288,7 @@ class AusterityMH(SubsamplingStep):
         def next_differences(k: int) -> np.ndarray:
             drawn = self._permutation.next(k)
             rows = self.layer.take_rows(drawn if self._pool is None else self._pool[drawn])
-            self._rows_touched += k
+            self._rows_read += k
             try:
                 d = terms.differences(theta_new, theta, rows, anchor, order)
             except ParameterValueError as exc:
@@ -304,7 +305,7 @@ class AusterityMH(SubsamplingStep):
         if self._census_rows is None:
             return 0.0
         self._permutation.start(self.rng)  # this decision's permutation: none drawn yet
-        self._rows_touched += len(self.census)
+        self._rows_read += len(self.census)
         anchor = self.anchor if self.test == "residuals" else None
         try:
             d = self.layer.difference_terms.differences(
@@ -324,12 +325,13 @@ class AusterityMH(SubsamplingStep):
             return random_walk_proposal(z, h, self.rng)
         if self.proposal == "langevin":
             return langevin_proposal(z, h, lambda x: self._known(x)[1], self.rng)
-        rows = self._with_census(self.layer.take_rows(self._rows.draw()))  # one component
-        self._rows_touched += self.batch_size + len(self.census)
+        estimator = self._estimator()
+        rows = estimator.with_census(self.layer.take_rows(self._rows.draw()))  # one component
+        self._rows_read += self.batch_size + len(self.census)
 
         def drift(x: np.ndarray) -> np.ndarray:
             try:
-                g_theta = self._gradient(self.precond.theta(x), rows, self._weights)
+                g_theta = estimator.gradient(self.precond.theta(x), rows, estimator.weights)
             except ParameterValueError:
                 return np.full(len(x), np.nan)
             return self.precond.grad_z(g_theta)
@@ -373,7 +375,11 @@ class AusterityMH(SubsamplingStep):
         )
         return (proposal.position if result.accept else z), decision
 
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
+        """``inner_steps`` approximate MH decisions (the test reads its own rows)."""
+        self._rows_read = 0
         z, decisions = z0, []
         for _ in range(self.inner_steps):
             z, decision = self._decide(z)
@@ -384,7 +390,7 @@ class AusterityMH(SubsamplingStep):
                 )
                 self.step_size = math.exp(self._dual.log_step)
         self._decisions = decisions
-        return z, True
+        return z, True, DrawRecord(self._rows_read)
 
     # ------------------------------------------------------------------ base hooks
     def _adapt(self, theta: np.ndarray) -> None:
@@ -408,9 +414,6 @@ class AusterityMH(SubsamplingStep):
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
         """Rejections keep the chain in place; no step halving."""
-
-    def _measure_noise_at(self, z: np.ndarray) -> None:
-        """No gradient-noise measurement: the accept test decides."""
 
     def _extra_stats(self) -> dict[str, Any]:
         decisions = self._decisions

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
-from pymc.logprob.utils import ParameterValueError
 from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
@@ -42,6 +41,12 @@ from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
+from pymc_bigdata.step_methods.gradient_oracle import (
+    DrawRecord,
+    GradientOracle,
+    MinibatchEstimator,
+    NoiseSample,
+)
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
@@ -507,13 +512,6 @@ class SubsamplingStep(ArrayStepShared):
         self._window_virials: list[float] = []
         self._draw_virial = math.nan
         self._block_hot: list[float] = []
-        self._eval_z = self._eval_grad = None
-        self._eval_lp = math.nan
-        self._calls = 0
-        self._measure_noise = False
-        self._pending_noise: tuple[np.ndarray, np.ndarray | None] | None = None
-        self._last_rows: list[np.ndarray] | None = None
-        self._rows_touched = 0
         self._warned_divergence = False
         self.monitor = ChainMonitor(self.layer.dim)
         self._reset_kernel_state()
@@ -528,91 +526,28 @@ class SubsamplingStep(ArrayStepShared):
     #: after tuning, measure the noise on one transition every this many draws
     measure_every: int = MEASURE_EVERY
 
-    def grad_log_density(self, z: np.ndarray) -> np.ndarray:
-        """Stochastic gradient of the log posterior in z coordinates (one fresh minibatch).
+    def _estimator(self) -> MinibatchEstimator:
+        """Minibatch gradient estimates under the current settings (anchor, order, weights)."""
+        return MinibatchEstimator(
+            layer=self.layer,
+            precond=self.precond,
+            anchor=self.anchor,
+            cv_order=self.cv_order,
+            second_order=self._second_order_available,
+            weights=self._weights,
+            half_weights=self._half_weights,
+            census_rows=self._census_rows,
+            batch_size=self.batch_size,
+            noise_measurement=self.noise_measurement,
+            pool_size=self._pool_size(),
+        )
 
-        Records the point for the virial; on the draw's measuring transition (its last one,
-        every tuning draw and every ``measure_every`` draws after) splits the minibatch in two
-        halves whose difference measures the estimator's noise (first and, when available,
-        second order) and whose values give ``lp_est``; other transitions compute the
-        gradient alone (the log density costs as much again).
-        """
-        theta = self.precond.theta(z)
-        rows = self.layer.take_rows(self._rows.draw())
-        self._rows_touched += self.batch_size + len(self.census)
-        self._calls += 1
-        lp = math.nan
-        measured = self._measure_noise and self._calls >= self.inner_steps and self.batch_size >= 2
-        try:
-            if measured:
-                self._measure_noise = False
-                lp, g_theta = self._measured_gradient(theta, rows)
-            else:
-                g_theta = self._gradient(theta, self._with_census(rows), self._weights)
-        except ParameterValueError:  # a parameter left its support (e.g. p = NaN): diverging
-            g_theta = np.full(self.layer.dim, np.nan)
-        g = self.precond.grad_z(g_theta)
-        self._eval_z, self._eval_grad = z, g
-        if measured:
-            self._eval_lp = lp
-        return g
-
-    def _gradient(
-        self, theta: np.ndarray, rows: list[np.ndarray], weights: np.ndarray
-    ) -> np.ndarray:
-        """The gradient estimate alone (the hot path)."""
-        anchor = self.anchor
-        if self.cv_order == 2:
-            g, row_curv = self.layer.estimate_second_order_grad_parts(theta, rows, anchor, weights)
-            return anchor.second_order(theta, g, row_curv)
-        return self.layer.estimate_grad(theta, rows, anchor, weights)
-
-    def _measured_gradient(
-        self, theta: np.ndarray, rows: list[np.ndarray]
-    ) -> tuple[float, np.ndarray]:
-        """The minibatch estimate as the weighted mean of its two halves' estimates; the
-        halves' difference gives ``Var(estimate) = E[(g_a - g_b)^2] / 4`` (n/2 rows each)."""
-        if self.noise_measurement == "fisher":
-            lp, g = self.layer.estimate_logp_grad(
-                theta, self._with_census(rows), self.anchor, self._weights
-            )
-            if self.cv_order == 2:  # value from first order; gradient as sampled
-                g = self._gradient(theta, self._with_census(rows), self._weights)
-            self._pending_noise = (self._fisher_noise_var(theta, rows), None)
-            return lp, g
-        half = self.batch_size // 2
-        halves = [
-            self._with_census([r[:half] for r in rows]),
-            self._with_census([r[half:] for r in rows]),
-        ]
-        w_a = half / self.batch_size
-        pairs = list(zip(halves, self._half_weights))
-        if self._second_order_available:
-            parts = [
-                self.layer.estimate_second_order_parts(theta, h, self.anchor, w) for h, w in pairs
-            ]
-            (lp_a, first_a, curv_a), (lp_b, first_b, curv_b) = parts
-            second_a = self.anchor.second_order(theta, first_a, curv_a)
-            second_b = self.anchor.second_order(theta, first_b, curv_b)
-            self._pending_noise = (
-                self._z_var(first_a - first_b),
-                self._z_var(second_a - second_b),
-            )
-            chosen = (second_a, second_b) if self.cv_order == 2 else (first_a, first_b)
-        else:
-            (lp_a, g_a), (lp_b, g_b) = [
-                self.layer.estimate_logp_grad(theta, h, self.anchor, w) for h, w in pairs
-            ]
-            self._pending_noise = (self._z_var(g_a - g_b), None)
-            chosen = (g_a, g_b)
-        lp = w_a * lp_a + (1.0 - w_a) * lp_b
-        return lp, w_a * chosen[0] + (1.0 - w_a) * chosen[1]
-
-    def _z_var(self, difference: np.ndarray) -> np.ndarray:
-        """Per-unit noise ``N^2 s^2`` (z units) from two halves' difference: ``E[(g_a -
-        g_b)^2] / 4 = N^2 s^2 / n`` for halves of a sample drawn with or without
-        replacement (``s^2``: the rows' variance, ``N``: the subsampled rows)."""
-        return self.precond.grad_z(difference) ** 2 / 4.0 * self.batch_size
+    def _gradient_oracle(self, measure: bool) -> GradientOracle:
+        """The draw's gradient oracle (a fresh minibatch per call); with ``measure``, the
+        call on the kernel's last transition measures the noise and the log density."""
+        return GradientOracle(
+            self._estimator(), lambda: self.layer.take_rows(self._rows.draw()), measure
+        )
 
     def _noise_variance(self, order: int) -> np.ndarray:
         """Variance of the current batch's gradient estimate per coordinate (z units):
@@ -628,19 +563,6 @@ class SubsamplingStep(ArrayStepShared):
         """Rows subsampled (all but the census)."""
         return self.layer.n_rows - len(self.census)
 
-    def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
-        """Diagonal of the first-order estimate's covariance from per-row gradients (z units).
-
-        ``V = (N^2 / n) (1 - n/N) Cov_i[grad l_i(theta) - grad l_i(theta*)]`` for a sample of
-        ``n`` rows drawn without replacement (without the finite-population factor if drawn
-        with replacement); the anchor term drops out without control variates.
-        """
-        per_row = self.layer.row_gradients(theta, rows)
-        if self.anchor is not None:
-            per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
-        per_row_z = self.precond.grad_z_rows(per_row)
-        return per_row_z.var(axis=0, ddof=1) * self._pool_size() ** 2
-
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         theta0 = q0.data
@@ -651,30 +573,26 @@ class SubsamplingStep(ArrayStepShared):
         else:  # moved by another step or by the user: restart the kernel there
             z0 = self.precond.z(theta0)
             self._reset_kernel_state()
-        self._rows_touched = 0
-        self._calls = 0
-        self._eval_lp = math.nan
-        self._measure_noise = self.tune or self._draw_index % self.measure_every == 0
-        self._pending_noise = None
+        measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
-            z, finite = self._transitions(z0)
-        lp = self._eval_lp
-        virial = self._virial()
-        diverging = not finite or self._blew_up(z, lp, virial)
+            z, finite, record = self._transitions(z0, self._gradient_oracle(measure))
+        lp, rows_read = record.log_density, record.rows_read
+        virial = self._virial(record)
+        diverging = not finite or self._blew_up(z, record, virial)
         if diverging and self.accept_step:
             # the kernel's accept step decided: its state (a rejected divergence, or an
             # accepted move that looks like a blow-up) is the chain's, never undone
             self._on_kept_divergence(blew_up=finite)
             lp, virial = math.nan, math.nan
         elif diverging:
-            self._on_divergence(z0)
+            rows_read += self._on_divergence(z0)
             z, lp, virial = z0, math.nan, math.nan
         else:
-            self._commit_noise()
+            self._commit_noise(record.noise)
             if math.isfinite(lp):
                 self._lp_track.add(lp)
         theta = self.precond.theta(z)
-        stats = self._common_stats(lp, virial, diverging)
+        stats = self._common_stats(lp, virial, diverging, rows_read)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._draw_virial = stats["virial"]
@@ -687,15 +605,17 @@ class SubsamplingStep(ArrayStepShared):
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
 
-    def _measure_noise_at(self, z: np.ndarray) -> None:
-        """One measured gradient at ``z`` (two half minibatches), its noise kept."""
-        self._measure_noise, self._calls, self._pending_noise = True, self.inner_steps, None
+    def _measure_noise_at(self, z: np.ndarray) -> int:
+        """One measured gradient at ``z`` (two half minibatches), its noise kept; returns
+        the rows it read."""
+        oracle = self._gradient_oracle(measure=True)
         with np.errstate(all="ignore"):
-            self.grad_log_density(z)
-        lp, self._measure_noise, self._eval_lp = self._eval_lp, False, math.nan
-        self._commit_noise()
-        if math.isfinite(lp):  # where the chain stays: what the next draw's drop is taken from
-            self._lp_track.add(lp)
+            oracle.last(z)
+        record = oracle.record()
+        self._commit_noise(record.noise)
+        if math.isfinite(record.log_density):  # where the chain stays: the next drop's base
+            self._lp_track.add(record.log_density)
+        return record.rows_read
 
     def _window_settled(self, virials: list[float]) -> bool:
         """Whether a window's draws look stationary: their mean virial (1 at equilibrium,
@@ -704,32 +624,32 @@ class SubsamplingStep(ArrayStepShared):
         finite = [v for v in virials if math.isfinite(v)]
         return not finite or abs(float(np.mean(finite)) - 1.0) <= SETTLED_VIRIAL
 
-    def _virial(self) -> float:
-        """``-z . grad / d`` at the draw's last gradient evaluation (NaN before any)."""
-        if self._eval_grad is None:
+    def _virial(self, record: DrawRecord) -> float:
+        """``-z . grad / d`` at the draw's last gradient evaluation (NaN without one)."""
+        if record.grad is None:
             return math.nan
-        return -float(self._eval_z @ self._eval_grad) / self.layer.dim
+        return -float(record.position @ record.grad) / self.layer.dim
 
-    def _blew_up(self, z: np.ndarray, lp: float, virial: float) -> bool:
+    def _blew_up(self, z: np.ndarray, record: DrawRecord, virial: float) -> bool:
         """A draw that left the posterior: far out in z, a virial far from 1 (or not
         finite), a kinetic temperature far above 1, a measured log density that is not
         finite, or one that fell by more than the threshold."""
-        measured = self._pending_noise is not None
+        lp = record.log_density
+        measured = record.noise is not None
         if float(np.max(np.abs(z))) > BLOWUP_Z or (measured and not math.isfinite(lp)):
             return True
-        if self._eval_grad is not None and not abs(virial) < BLOWUP_VIRIAL:
+        if record.grad is not None and not abs(virial) < BLOWUP_VIRIAL:
             return True
         if self._kinetic_temperature() > BLOWUP_TEMPERATURE:  # NaN (no momentum): not judged
             return True
         return self._lp_track.dropped(lp, early=self.cv_order > 0)
 
-    def _commit_noise(self) -> None:
+    def _commit_noise(self, noise: NoiseSample | None) -> None:
         """Keep the draw's noise measurement (dropped when the draw diverged or it is not
         finite, so that one blow-up does not decide the step size for the rest of tuning)."""
-        pending, self._pending_noise = self._pending_noise, None
-        if pending is None:
+        if noise is None:
             return
-        first, second = pending
+        first, second = noise
         if not np.all(np.isfinite(first)):
             return
         self._noise.add(
@@ -746,16 +666,18 @@ class SubsamplingStep(ArrayStepShared):
             return draw
         return self.precond.z(theta0)
 
-    def _common_stats(self, lp: float, virial: float, diverging: bool) -> dict[str, Any]:
+    def _common_stats(
+        self, lp: float, virial: float, diverging: bool, rows_read: int
+    ) -> dict[str, Any]:
         share, noise_var = self._current_noise()
         if not self.tune:
             self.monitor.add(virial, share, self._kinetic_temperature())
         stats = {
             "step_size": self.step_size,
             "lp_est": lp,
-            "rows_touched": self._rows_touched,
+            "rows_touched": rows_read,
             "batch_size": self.batch_size,
-            "data_fraction": self._rows_touched / self.layer.n_rows,
+            "data_fraction": rows_read / self.layer.n_rows,
             "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
             "noise_share": share,
             "virial": virial,
@@ -798,13 +720,15 @@ class SubsamplingStep(ArrayStepShared):
             stacklevel=3,
         )
 
-    def _on_divergence(self, z0: np.ndarray) -> None:
+    def _on_divergence(self, z0: np.ndarray) -> int:
+        """A rejected draw: restart the kernel at ``z0``; returns the rows read here."""
         self._reset_kernel_state()
+        rows_read = 0
         if self.tune and self.adapt and not self._noise.measured():
             # the step is still the curvature default, blind to the gradient noise (e.g. a
             # chain's first draws): measure it where the chain stays, so that the next
             # draw's step (set by the halving that follows) accounts for it
-            self._measure_noise_at(z0)
+            rows_read = self._measure_noise_at(z0)
         if not self._warned_divergence and not self.tune:  # tuning handles its own
             self._warned_divergence = True
             warnings.warn(
@@ -814,6 +738,7 @@ class SubsamplingStep(ArrayStepShared):
                 DivergenceWarning,
                 stacklevel=2,
             )
+        return rows_read
 
     #: what the end-of-chain alarm says an off-target chain's draws likely are
     off_target_consequence: ClassVar[str] = "Its draws are likely too dispersed."
@@ -1072,8 +997,12 @@ class SubsamplingStep(ArrayStepShared):
         return 2 if (limited < default and better) else 1
 
     @abstractmethod
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
-        """Run ``inner_steps`` kernel transitions from ``z0``; return (z, all finite)."""
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
+        """Run ``inner_steps`` kernel transitions from ``z0`` (gradient kernels call
+        ``oracle``, and ``oracle.last`` on their last transition); return (z, all finite,
+        what the draw's evaluations did)."""
 
     def _extra_stats(self) -> dict[str, Any]:
         return {}

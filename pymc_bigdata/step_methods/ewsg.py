@@ -17,6 +17,7 @@ from pymc_bigdata.kernels.ewsg import (
     stationary_covariance,
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["EWSG"]
 
@@ -160,13 +161,15 @@ class EWSG(SubsamplingStep):
         self._index_accept = math.nan
         self._index_proposals = 0
 
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
         state = self._state
         if state is None:
             state = EWSGState(z0, self.rng.standard_normal(z0.shape[0]))
         new_state, info = ewsg_steps(
             state,
-            self.grad_log_density,
+            oracle,
             self.step_size,
             self.friction,
             self.inner_steps,
@@ -174,11 +177,12 @@ class EWSG(SubsamplingStep):
             self.rng,
             self.integrator,
             self.index_weights,
+            last_candidate=oracle.last,
         )
         self._state = new_state if info.finite else None
         self._index_proposals = info.index_proposals
         self._index_accept = info.index_accepted / max(info.index_proposals, 1)
-        return new_state.position, info.finite
+        return new_state.position, info.finite, oracle.record()
 
     def _kinetic_energy(self) -> float:
         if self._state is None:

@@ -19,6 +19,7 @@ import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.difference_terms import TAYLOR_ORDERS, control_variate_sum
+from pymc_bigdata.dual_averaging import dual_averaging_init, dual_averaging_update
 from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
     HMCECSInfo,
@@ -28,8 +29,6 @@ from pymc_bigdata.kernels.hmcecs import (
     block_poisson_settings,
     draw_block_subsample,
     draw_poisson_subsample,
-    dual_averaging_init,
-    dual_averaging_update,
     hmcecs_step,
     perturbed_loglik,
     propose_block,
@@ -37,6 +36,7 @@ from pymc_bigdata.kernels.hmcecs import (
 )
 from pymc_bigdata.layer import Anchor
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["HMCECS"]
 
@@ -101,7 +101,10 @@ class HMCECS(SubsamplingStep):
     subsample_size
         ``m``, rows per estimate (perturbed; ``G <= m <= N``).  Default: chosen in tuning so
         that the mean ``sigma_hat^2`` (4.3) over the draws is ``loglik_var_target``, at least
-        ``max(100, G)`` and at most ``N``; a given value is kept fixed.
+        ``max(100, G)`` and at most ``N``; a given value is kept fixed.  Where ``m`` reaches
+        the rows subsampled (``N`` less the census stratum), the estimate is the exact
+        full-data sum (:attr:`exact`: ``sigma_hat^2 = 0``, full-data passes), not ``m`` rows
+        drawn with replacement.
     blocks
         ``G``, the blocks of the perturbed subsample; one is redrawn per iteration
         (``rho ~ 1 - 1/G``).  Default ``min(100, m)``.
@@ -164,6 +167,7 @@ class HMCECS(SubsamplingStep):
         "products": (np.int64, []),
         "lower_bound": (np.float64, []),
         "taylor_inputs": (bool, []),
+        "trajectory_truncated": (bool, []),
     }
 
     #: the Taylor expansion's spaces (``taylor_space``)
@@ -330,6 +334,7 @@ class HMCECS(SubsamplingStep):
         self._signs: list[int] = []
         self._subsample_accepts: list[float] = []
         self._loglik_vars: list[float] = []
+        self._truncated_draws = 0
         self.inner_steps = self._n_steps()
         self.taylor_space = "parameters" if self._given_space == "auto" else self._given_space
         self._recent_thetas: list[np.ndarray] = []  # tuning draws the space is chosen from
@@ -338,13 +343,20 @@ class HMCECS(SubsamplingStep):
         """Keep the subsample (redrawing it outside the MH update would bias ``u``'s law);
         re-evaluate at the next draw (the coordinates or the anchor may have changed)."""
         self._evaluation = None
+        self._exact_evaluation: tuple | None = None
 
     @property
     def blocks(self) -> int:
         return self._given_blocks or min(self.default_blocks, self.subsample_size)
 
+    def _wanted_steps(self) -> int:
+        """Leapfrog steps for ``trajectory_length`` at the current step size."""
+        return max(1, math.ceil(self.trajectory_length / self.step_size - 1e-9))
+
     def _n_steps(self) -> int:
-        return max(1, min(MAX_LEAPFROG, math.ceil(self.trajectory_length / self.step_size - 1e-9)))
+        """:meth:`_wanted_steps`, at most ``MAX_LEAPFROG`` (the stat ``trajectory_truncated``
+        and an end-of-chain warning say when that shortened the trajectories)."""
+        return min(MAX_LEAPFROG, self._wanted_steps())
 
     # ------------------------------------------------------------------ the two callbacks
     def _take(self, positions: np.ndarray) -> list[np.ndarray]:
@@ -352,8 +364,17 @@ class HMCECS(SubsamplingStep):
         pool = getattr(self, "_pool_rows", None)
         return self.layer.take_rows(positions if pool is None else pool[positions])
 
+    @property
+    def exact(self) -> bool:
+        """Whether the perturbed estimator's ``m`` reaches the pool of subsampled rows: the
+        log-likelihood is then the exact full-data sum (``sigma_hat^2 = 0``, ``u`` fixed),
+        not ``m`` rows drawn with replacement, which would still be noisy."""
+        return self.estimator == "perturbed" and self.subsample_size >= self._pool_size()
+
     def _fresh_subsample(self) -> Subsample:
         n_rows = self._pool_size()
+        if self.exact:  # every row, read by full-data passes: u has nothing to vary
+            return Subsample(np.arange(n_rows), ())
         if self.estimator == "perturbed":
             return draw_block_subsample(
                 n_rows, self.subsample_size, self.blocks, self._take, self.rng
@@ -361,6 +382,8 @@ class HMCECS(SubsamplingStep):
         return draw_poisson_subsample(n_rows, self.minibatch, self.products, self._take, self.rng)
 
     def _propose(self, u: Subsample, rng: np.random.Generator) -> Subsample:
+        if self.exact:
+            return u
         if self.estimator == "perturbed":
             return propose_block(u, self._pool_size(), self._take, rng)
         return propose_products(
@@ -369,11 +392,14 @@ class HMCECS(SubsamplingStep):
 
     def _evaluate(self, z: np.ndarray, u: Subsample) -> Evaluation:
         """``log |L_hat(theta; u)| + log p(theta)`` and its gradient in ``z`` (Eqs. 4.5, 4.7
-        with ``grad sigma_hat^2``, or 5.1), ``sigma_hat^2`` and the sign."""
+        with ``grad sigma_hat^2``, or 5.1), ``sigma_hat^2`` and the sign; with ``exact``, the
+        full-data log posterior."""
+        if self.exact:
+            return self._evaluate_exactly(z)
         theta = self.precond.theta(z)
         terms, order = self.layer.difference_terms, self.taylor_order
         rows, n_census, pool = self._with_census(list(u.rows)), len(self.census), self._pool_size()
-        self._rows_touched += n_census + len(u.indices)
+        self._rows_read += n_census + len(u.indices)
         try:
             space = self.taylor_space
             if self.estimator == "perturbed":
@@ -408,6 +434,21 @@ class HMCECS(SubsamplingStep):
         level = pool * float(sampled.mean()) if len(sampled) else 0.0
         return Evaluation(prior + loglik, grad_z, loglik_var, sign, level)
 
+    def _evaluate_exactly(self, z: np.ndarray) -> Evaluation:
+        """The full-data log posterior and its gradient at ``z`` (one chunked pass; the
+        u-update proposes the same ``u``, so the last evaluation is reused)."""
+        cached = self._exact_evaluation
+        if cached is not None and cached[0] is self.precond and np.array_equal(cached[1], z):
+            return cached[2]
+        self._rows_read += self.layer.n_rows
+        try:
+            logp, grad = self.layer.full_logp_grad(self.precond.theta(z))
+        except ParameterValueError:
+            return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
+        evaluation = Evaluation(float(logp), self.precond.grad_z(grad), 0.0, 1, math.nan)
+        self._exact_evaluation = (self.precond, z, evaluation)
+        return evaluation
+
     def _minibatch_variance(self, d: np.ndarray) -> float:
         """Signed: ``Var log |L_hat| ~ sigma^2 / lambda`` with ``sigma^2 = N^2 var(d) / m`` the
         variance of one minibatch estimate, from the residuals' spread."""
@@ -417,7 +458,11 @@ class HMCECS(SubsamplingStep):
         return pool * pool * float(np.var(d, ddof=1)) / m / self.products
 
     # ------------------------------------------------------------------ one draw
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
+        """One Algorithm 1 iteration on its own estimates (``_evaluate``), not the oracle."""
+        self._rows_read = 0
         if self.tune and not self._piloted:
             self._pilot(z0)
         if self._subsample is None:
@@ -431,13 +476,13 @@ class HMCECS(SubsamplingStep):
         )
         self._info = info
         self._subsample, self._evaluation = new_state.subsample, new_state.evaluation
-        self._eval_z, self._eval_grad = new_state.position, new_state.evaluation.grad
-        self._eval_lp = new_state.evaluation.logp
         if self.tune and self.adapt:
             self._tune_step(info)
             self._measure_position(self.precond.theta(new_state.position))
             self._measure(new_state.evaluation)
-        return new_state.position, not info.diverging
+        evaluation = new_state.evaluation
+        record = DrawRecord(self._rows_read, new_state.position, evaluation.grad, evaluation.logp)
+        return new_state.position, not info.diverging, record
 
     def _tune_step(self, info: HMCECSInfo) -> None:
         if self._fixed_step:
@@ -450,7 +495,7 @@ class HMCECS(SubsamplingStep):
     def _measure(self, evaluation: Evaluation) -> None:
         """Collect what the automatic ``m`` (or ``lambda``, ``a``) is chosen from, and re-choose
         it on the schedule (until the terminal buffer, so that the step size settles with it)."""
-        if math.isfinite(evaluation.loglik_var):
+        if math.isfinite(evaluation.loglik_var) and not self.exact:  # exact: nothing to learn
             if self.estimator == "perturbed":
                 unit_var = evaluation.loglik_var * self.subsample_size
                 self._unit_vars.append(unit_var)
@@ -644,9 +689,6 @@ class HMCECS(SubsamplingStep):
     def _watch_stability(self, diverging: bool, virial: float) -> None:
         """Dual averaging counts a divergence as acceptance 0; no separate halving."""
 
-    def _measure_noise_at(self, z: np.ndarray) -> None:
-        """No gradient-noise measurement: the accept test removes the noise's effect."""
-
     def _extra_stats(self) -> dict[str, Any]:
         info, evaluation = self._info, self._evaluation
         signed = self.estimator == "signed"
@@ -663,11 +705,13 @@ class HMCECS(SubsamplingStep):
             "lower_bound": self.lower_bound if signed else math.nan,
             "cv_order": self.taylor_order,
             "taylor_inputs": self.taylor_space == "likelihood_inputs",
+            "trajectory_truncated": self.inner_steps < self._wanted_steps(),
         }
         if not self.tune and info is not None:
             self._signs.append(stats["sign"])
             self._subsample_accepts.append(info.subsample_accept)
             self._loglik_vars.append(stats["loglik_var"])
+            self._truncated_draws += stats["trajectory_truncated"]
         return stats
 
     def _end_of_chain_check(self):
@@ -702,6 +746,14 @@ class HMCECS(SubsamplingStep):
                 f"{name}: the log-likelihood estimator's variance averaged "
                 f"{np.mean(loglik_var):.3g} (target {self.loglik_var_target:g}): the "
                 "perturbed posterior may be off. Raise subsample_size or tune longer."
+            )
+        if self._truncated_draws:
+            problems.append(
+                f"{name}: {self._truncated_draws} draws ran {MAX_LEAPFROG} leapfrog steps, "
+                f"short of trajectory_length {self.trajectory_length:g} at step size "
+                f"{self.step_size:.3g} (sample stat 'trajectory_truncated'): the chain mixes "
+                "more slowly than asked. Check the preconditioner (a tiny step size means "
+                "it does not fit the posterior) or lower trajectory_length."
             )
         accepts = np.array(self._subsample_accepts)
         if accepts.size and np.mean(accepts) < SUBSAMPLE_ACCEPT_ALARM:

@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 from pymc.logprob.utils import ParameterValueError
 
+import pymc_bigdata.kernels.sbps as sbps_kernel
 from pymc_bigdata.kernels.sbps import (
     Observation,
     SBPSSettings,
@@ -19,6 +20,7 @@ from pymc_bigdata.kernels.sbps import (
     sbps_init,
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["SBPS", "pSBPS"]
 
@@ -140,6 +142,7 @@ class SBPS(SubsamplingStep):
         "expected_violations": (np.float64, []),
         "missed_bounces": (np.float64, []),
         "travel_time": (np.float64, []),
+        "proposals_exhausted": (bool, []),
         "k": (np.float64, []),
     }
 
@@ -227,6 +230,7 @@ class SBPS(SubsamplingStep):
         super()._reset_chain_state()
         #: violations, expected violations and proposals of the chain's kept draws
         self._chain_counts = np.zeros(3)
+        self._exhausted_draws = 0
         #: violations and proposals in tuning since k last changed
         self._tuning_counts = np.zeros(2)
         if not self._fixed_k:
@@ -324,7 +328,10 @@ class SBPS(SubsamplingStep):
         mu = math.sqrt(max(low, 1e-300) * max(high, 1e-300))
         return mu, mu * mu
 
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
+        """SBPS reads its own directional estimates (``_observe``), not the oracle."""
         state = self._state
         if state is None:
             mu, sigma2 = self._initial_slope_prior()
@@ -346,7 +353,7 @@ class SBPS(SubsamplingStep):
         self._state = new_state if info.finite else None
         if self.adaptive_metric:
             self._metric = (new_state.metric, new_state.grad_sq)
-        return new_state.position, info.finite
+        return new_state.position, info.finite, DrawRecord(info.rows)
 
     def _carried_metric(self) -> np.ndarray | None:
         """pSBPS keeps its metric across kernel restarts within a chain."""
@@ -362,7 +369,6 @@ class SBPS(SubsamplingStep):
         rows = self._with_census(self.layer.take_rows(self._rows.draw()))
         n_census, n = len(self.census), self.batch_size
         touched = n + n_census
-        self._rows_touched += touched
         try:
             prior, per_row = self.layer.directional_parts(theta, u, rows, self.anchor)
         except ParameterValueError:
@@ -393,6 +399,7 @@ class SBPS(SubsamplingStep):
                 "expected_violations": 0.0,
                 "missed_bounces": 0.0,
                 "travel_time": 0.0,
+                "proposals_exhausted": False,
                 "k": self.k,
             }
             return {
@@ -406,9 +413,10 @@ class SBPS(SubsamplingStep):
             }
         if not self.tune:
             self._chain_counts += (info.violations, info.expected_violations, info.proposals)
+            self._exhausted_draws += info.exhausted
         else:
             self._tuning_counts += (info.violations, info.proposals)
-        travel = self.step_size
+        travel = info.travelled if info.exhausted else self.step_size
         return {
             "proposals": info.proposals,
             "bounces": info.bounces,
@@ -418,6 +426,7 @@ class SBPS(SubsamplingStep):
             "expected_violations": info.expected_violations,
             "missed_bounces": info.missed_bounces,
             "travel_time": travel,
+            "proposals_exhausted": info.exhausted,
             "k": self.k,
             "path_mean": info.integral / travel,
             "path_sq_mean": info.integral_sq / travel,
@@ -460,6 +469,15 @@ class SBPS(SubsamplingStep):
         warning = super()._end_of_chain_check()
         if warning is not None or self._draw_index != self._chain_tune + self._chain_draws:
             return warning
+        if self._exhausted_draws:
+            return self._raise_bias_warning(
+                f"{type(self).__name__}: {self._exhausted_draws} draws stopped after "
+                f"{sbps_kernel.MAX_PROPOSALS} bounce proposals, short of their travel time "
+                "(sample stat 'proposals_exhausted'): the proposal rate's bound is far above "
+                "the gradient or the path is stuck. The process went on from where each "
+                "stopped, but the chain may not have explored the posterior. Lower k or check "
+                "the model."
+            )
         observed, expected, proposals = self._chain_counts
         predicted = VIOLATION_FACTOR * expected + VIOLATION_Z * math.sqrt(expected)
         limit = min(predicted, VIOLATION_SHARE * proposals) + VIOLATION_SLACK
@@ -481,14 +499,16 @@ class SBPS(SubsamplingStep):
         Uses the ``path_mean`` and ``path_sq_mean`` stats of the kept draws: each is the
         exact time average of ``theta`` (or ``theta^2``) along the straight pieces travelled
         since the previous draw, so their mean over draws is the continuous-time average of
-        the whole trajectory after tuning (every draw travels the same time).  Returns a
+        the whole trajectory after tuning (each draw weighted by its travel time).  Returns a
         Dataset with, per value variable (by its unconstrained name, e.g. ``sigma_log__``),
         ``<name>`` (mean) and ``<name>_sd``, and for each of ``path_functions`` its
         trajectory average as ``path_<name>``.
         """
         stats = idata.sample_stats
-        means = stats["path_mean"].mean(dim=("chain", "draw")).values
-        squares = stats["path_sq_mean"].mean(dim=("chain", "draw")).values
+        travel = stats["travel_time"]  # time weights: a draw stopped early travelled less
+        total = travel.sum(dim=("chain", "draw"))
+        means = ((stats["path_mean"] * travel).sum(dim=("chain", "draw")) / total).values
+        squares = ((stats["path_sq_mean"] * travel).sum(dim=("chain", "draw")) / total).values
         sds = np.sqrt(np.maximum(squares - means * means, 0.0))
         out = {}
         for name, sl, shape in self.layer.value_var_slices():
@@ -503,7 +523,7 @@ class SBPS(SubsamplingStep):
                     f"the result has no stat {key!r}: was it sampled with this step's "
                     "path_functions?"
                 )
-            out[key] = stats[key].mean(dim=("chain", "draw"))
+            out[key] = (stats[key] * travel).sum(dim=("chain", "draw")) / total
         return xr.Dataset(out)
 
 

@@ -15,6 +15,7 @@ from pymc_bigdata.kernels.sghmc import (
     sghmc_steps,
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["SGHMC"]
 
@@ -153,11 +154,13 @@ class SGHMC(SubsamplingStep):
         # Eq. 15 stores v = eps * r; BAOAB stores r itself (M = I in z).
         return self.step_size if self.integrator == "sghmc" else 1.0
 
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
         state = self._state
         if state is None or self.resample_momentum:
             momentum = self.rng.standard_normal(z0.shape[0]) * self._momentum_scale()
-            grad = state.grad if state is not None else self.grad_log_density(z0)
+            grad = state.grad if state is not None else oracle(z0)
             state = SGHMCState(z0, momentum, grad)
         noise_var = None
         if self.noise_estimate != "zero":
@@ -165,16 +168,17 @@ class SGHMC(SubsamplingStep):
             noise_var = noise_var if noise_var.size else None
         new_state, info = self._kernel(
             state,
-            self.grad_log_density,
+            oracle,
             self.step_size,
             self.friction,
             self.inner_steps,
             self.rng,
             noise_var,
+            last_grad=oracle.last,
         )
         self._state = new_state if info.finite else None
         self._noise_clipped = info.noise_clipped
-        return new_state.position, info.finite
+        return new_state.position, info.finite, oracle.record()
 
     def _kinetic_energy(self) -> float:
         if self._state is None:

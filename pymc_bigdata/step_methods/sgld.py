@@ -9,6 +9,7 @@ import numpy as np
 
 from pymc_bigdata.kernels.sgld import sgld_steps
 from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 
 __all__ = ["SGLD"]
 
@@ -47,6 +48,10 @@ class SGLD(SubsamplingStep):
         """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""
         return step_size * np.asarray(noise_var) / 4.0
 
-    def _transitions(self, z0: np.ndarray) -> tuple[np.ndarray, bool]:
-        z, info = sgld_steps(z0, self.grad_log_density, self.step_size, self.inner_steps, self.rng)
-        return z, info.finite
+    def _transitions(
+        self, z0: np.ndarray, oracle: GradientOracle
+    ) -> tuple[np.ndarray, bool, DrawRecord]:
+        z, info = sgld_steps(
+            z0, oracle, self.step_size, self.inner_steps, self.rng, last_grad=oracle.last
+        )
+        return z, info.finite, oracle.record()

@@ -305,16 +305,17 @@ def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monke
 def test_non_finite_measured_log_density_is_a_divergence(small_logistic, monkeypatch):
     """A draw whose measured log-density estimate is not finite is rejected as diverging,
     and its noise measurement is dropped."""
+    from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator, NoiseSample
+
     model, _ = small_logistic
     step = _step(pmb.SGLD, small_logistic, step_size=0.05, inner_steps=2)
-    measured = step._measured_gradient
+    measured = MinibatchEstimator.measured
 
-    def nan_value(theta, rows):
-        _, grad = measured(theta, rows)
-        step._pending_noise = (np.full(len(theta), np.inf), None)
-        return np.nan, grad
+    def nan_value(estimator, theta, rows):
+        _, grad, _ = measured(estimator, theta, rows)
+        return np.nan, grad, NoiseSample(np.full(len(theta), np.inf), None)
 
-    monkeypatch.setattr(step, "_measured_gradient", nan_value)
+    monkeypatch.setattr(MinibatchEstimator, "measured", nan_value)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(step=step, chains=1, random_seed=6, **SAMPLE_KW)

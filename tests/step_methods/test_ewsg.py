@@ -153,3 +153,49 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
     assert worst["SGHMC independent"] > 0.5  # the noise is visible: the comparison can tell
     assert worst["EWSG"] < worst["SGHMC reshuffled"] - 0.05
     assert mean_z["EWSG"] < 4.0
+
+
+@pytest.mark.parametrize("sampler", ["ewsg", "sghmc", "sgld"])
+def test_noise_is_measured_on_the_last_transition(logistic, monkeypatch, sampler):
+    """Each measuring draw measures the gradient noise (two half minibatches: two
+    ``estimate_logp_grad`` calls) on its last transition, as documented: for EWSG with M
+    index proposals, the last step's first candidate, so exactly M plain minibatch gradients
+    follow it in the draw; for SGHMC and SGLD none. Fails when the measurement is triggered
+    by a count of gradient calls (EWSG makes M + 1 per transition: the measurement landed
+    halfway through the draw)."""
+    import pymc as pm
+
+    model, layer = logistic
+    calls: list[str] = []
+    plain, measured = layer.estimate_grad, layer.estimate_logp_grad
+    monkeypatch.setattr(layer, "estimate_grad", lambda *a, **k: calls.append("g") or plain(*a, **k))
+    monkeypatch.setattr(
+        layer, "estimate_logp_grad", lambda *a, **k: calls.append("m") or measured(*a, **k)
+    )
+    settings = {"step_size": 0.05, "inner_steps": 4, "control_variates": "first"}
+    step, after = {
+        "ewsg": (pmb.EWSG(model=model, layer=layer, index_chain_steps=2, **settings), 2),
+        "sghmc": (pmb.SGHMC(model=model, layer=layer, **settings), 0),
+        "sgld": (pmb.SGLD(model=model, layer=layer, **settings), 0),
+    }[sampler]
+    draws: list[str] = []
+
+    def end_of_draw(trace, draw):
+        draws.append("".join(calls))
+        calls.clear()
+
+    with model:
+        pm.sample(
+            step=step,
+            tune=5,
+            draws=5,
+            chains=1,
+            random_seed=2,
+            progressbar=False,
+            compute_convergence_checks=False,
+            callback=end_of_draw,
+        )
+    measuring = draws[:5]  # every tuning draw measures
+    for record in measuring:
+        assert record.count("mm") == 1, record
+        assert len(record) - record.index("mm") - 2 == after, record

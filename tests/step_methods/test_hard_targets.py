@@ -43,6 +43,7 @@ from hard_models import (
 
 import pymc_bigdata as pmb
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
+from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
 from pymc_bigdata.step_methods.hmcecs import SUBSAMPLE_ACCEPT_ALARM
 
 pytestmark = pytest.mark.slow
@@ -168,11 +169,14 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
     step = pmb.SGLD(model=model, adapt=False, **kwargs)
     fit = step.layer.map_estimate()
 
-    def laplace_gradient(theta, rows, weights=None):
+    def laplace_gradient(estimator, theta, rows, weights=None):
         return -fit.hessian @ (theta - fit.theta)
 
-    monkeypatch.setattr(step, "_gradient", laplace_gradient)
-    monkeypatch.setattr(step, "_measured_gradient", lambda t, r: (0.0, laplace_gradient(t, r)))
+    def measured(estimator, theta, rows):
+        return 0.0, laplace_gradient(estimator, theta, rows), None
+
+    monkeypatch.setattr(MinibatchEstimator, "gradient", laplace_gradient)
+    monkeypatch.setattr(MinibatchEstimator, "measured", measured)
     idata = sample_two_chains(model, step, seed=13, draws=6000)
     with pytest.raises(AssertionError):
         _check_against_reference(model, idata, _reference(name), SD_BIAS[pmb.SGLD])

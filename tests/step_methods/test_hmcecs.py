@@ -245,3 +245,54 @@ def test_signed_divergent_draws_keep_their_sign(logistic):
     assert all(diverging for _, diverging in recomputed)
     assert recorded == [sign for sign, _ in recomputed]
     assert recorded.count(-1) > 0
+
+
+def test_subsample_of_all_rows_is_the_exact_full_data_sum(logistic):
+    """``m`` reaching the rows subsampled means the exact full-data log posterior (HMC on
+    the full data), not ``m`` rows drawn with replacement: every draw's estimate equals the
+    full-data log posterior at that draw, with ``sigma_hat^2 = 0``. Fails when ``m = N``
+    still draws N rows with replacement (a noisy, perturbed estimate)."""
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer, subsample_size=layer.n_rows)
+    assert step.exact
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            step=step,
+            tune=30,
+            draws=20,
+            chains=1,
+            random_seed=9,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    stats = idata.sample_stats
+    assert np.all(stats["loglik_var"].values == 0.0)
+    betas = idata.posterior["beta"].values[0]
+    lp = stats["lp_est"].values[0]
+    for beta, estimate in zip(betas, lp):
+        exact, _ = layer.full_logp_grad(beta)
+        assert estimate == pytest.approx(exact, rel=1e-12)
+
+
+def test_truncated_trajectories_are_a_stat_and_a_warning(logistic):
+    """A step size so small that ``trajectory_length`` would need more than MAX_LEAPFROG
+    steps runs MAX_LEAPFROG of them: each draw records ``trajectory_truncated`` and the chain
+    ends with a warning. Fails when the cap shortens trajectories silently."""
+    from pymc_bigdata.step_methods.hmcecs import MAX_LEAPFROG
+
+    model, layer = logistic
+    step = pmb.HMCECS(model=model, layer=layer, step_size=1.2 / (2 * MAX_LEAPFROG))
+    with model, pytest.warns(pmb.BiasWarning, match="leapfrog steps"):
+        idata = pm.sample(
+            step=step,
+            tune=0,
+            draws=5,
+            chains=1,
+            random_seed=9,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    stats = idata.sample_stats
+    assert stats["trajectory_truncated"].values.all()
+    assert np.all(stats["n_steps"].values == MAX_LEAPFROG)

@@ -236,3 +236,33 @@ def test_psbps_beats_unpreconditioned_sbps_per_data_pass(anisotropic):
         results[name] = (ess / rows, idata)
     check_posterior(results["psbps"][1], "b", mean, sd)
     assert results["psbps"][0] > 1.5 * results["sbps"][0], results
+
+
+def test_proposal_budget_stops_the_draw_without_undoing_it(regression, monkeypatch):
+    """A draw that runs out of proposals (``MAX_PROPOSALS``) stops where the process is,
+    records ``proposals_exhausted`` and its shorter travel time, and the chain goes on from
+    there; the chain ends with a BiasWarning. Fails when the budget throws the travel away
+    and restarts from the draw's start (a trajectory-dependent rejection: every draw would
+    be diverging and the chain would never move)."""
+    import pymc_bigdata.kernels.sbps as sbps_kernel
+
+    model, layer, _, _ = regression
+    monkeypatch.setattr(sbps_kernel, "MAX_PROPOSALS", 3)
+    step = pmb.SBPS(model=model, layer=layer)
+    with model, pytest.warns(BiasWarning, match="stopped after 3 bounce proposals"):
+        idata = pm.sample(
+            step=step,
+            tune=20,
+            draws=40,
+            chains=1,
+            random_seed=5,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    stats = idata.sample_stats
+    exhausted = stats["proposals_exhausted"].values[0]
+    assert exhausted.sum() >= 5
+    assert not stats["diverging"].values.any()
+    assert np.all(stats["travel_time"].values[0][exhausted] < step.step_size)
+    draws = idata.posterior["b"].values[0]
+    assert np.all(np.any(np.diff(draws, axis=0) != 0, axis=1))
