@@ -126,6 +126,7 @@ class AusterityMH(SubsamplingStep):
 
     name = "austerity_mh"
     accept_step = True
+    watches_stability = False
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
@@ -411,9 +412,6 @@ class AusterityMH(SubsamplingStep):
         """Dual averaging sets the scale (each decision); at the end, its averaged value."""
         if final and not self._fixed_step:
             self.step_size = math.exp(self._dual.log_step_avg)
-
-    def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Rejections keep the chain in place; no step halving."""
 
     def _extra_stats(self) -> dict[str, Any]:
         decisions = self._decisions

@@ -41,37 +41,25 @@ from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
+from pymc_bigdata.step_methods.divergence import (
+    LOGP_DROP_DIVERGENCE,
+    DivergenceCheck,
+)
 from pymc_bigdata.step_methods.gradient_oracle import (
     DrawRecord,
     GradientOracle,
     MinibatchEstimator,
     NoiseSample,
 )
+from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
+from pymc_bigdata.step_methods.stability import StabilityWatch
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
 #: above this many parameters the preconditioner is diagonal rather than dense
 DENSE_PRECONDITIONER_MAX_DIM = 200
 
-#: a draw whose log-density estimate falls by more than this is a divergence (NUTS: 1000)
-LOGP_DROP_DIVERGENCE = 1000.0
-
-#: a position this many preconditioned sds from the centre is a blow-up (a divergence)
-BLOWUP_Z = 1e4
-
-#: a virial ``-z . grad / d`` above this is a blow-up (a divergence); at equilibrium it is
-#: 1 +- sqrt(2 / d), and a chain started this far out in z would have ``|z|`` ~ 1000
-BLOWUP_VIRIAL = 1e6
-
-#: a kinetic temperature (``2 K / d`` over its equilibrium value) above this is a blow-up:
-#: at equilibrium it is ``chi2_d / d`` (1 +- sqrt(2 / d); above 100 with probability under
-#: 1e-20 even at d = 1), and a chain falling from a Laplace draw into the bulk gains a few
-#: units at most. Without it a draw whose momentum exploded but whose position had not yet
-#: left was kept, and the chain restarted from it diverged ever after: EWSG on the
-#: non-centred hierarchical target accepted draws at temperatures 5e6 and (under an earlier
-#: bound of 1e4) 3.4e3, the latter with tau at 6e-14, and every later draw diverged
-BLOWUP_TEMPERATURE = 100.0
 
 #: after tuning, the gradient noise is measured on one transition every this many draws
 MEASURE_EVERY = 10
@@ -111,16 +99,6 @@ CENSUS_FACTOR = 20.0
 
 #: random displacements used to measure row influence
 CENSUS_DIRECTIONS = 4
-
-#: in tuning, every this many draws a block with a divergence or a kinetic temperature (or
-#: virial) above HOT_TEMPERATURE (or 4 sd of a block mean, if more) halves the step size:
-#: the dynamics met curvature beyond what the step size is stable for (e.g. a likelihood
-#: wall in a skewed tail)
-STABILITY_BLOCK = 25
-HOT_TEMPERATURE = 1.5
-#: a hot block cooler than this fraction of the previous block's temperature is relaxing
-#: from an excursion (its momentum is reset, its step kept)
-RELAXING = 0.7
 
 #: with the default batch size, tuning raises it (up to this multiple of the default, and
 #: at most all rows) while the gradient noise limits the step size, and lowers it again
@@ -196,6 +174,9 @@ class SubsamplingStep(ArrayStepShared):
     #: whether the kernel ends each transition with its own accept test (HMC-ECS, Austerity):
     #: then a divergence or a blow-up never undoes the kernel's move (see ``astep``)
     accept_step: ClassVar[bool] = False
+    #: whether tuning halves the step size after divergences and hot blocks
+    #: (:class:`~.stability.StabilityWatch`); False where an accept test or nothing to lower
+    watches_stability: ClassVar[bool] = True
     #: step size in z coordinates for unit curvature, and transitions per draw
     default_step_size: ClassVar[float] = 0.1
     default_inner_steps: ClassVar[int] = 10
@@ -360,7 +341,7 @@ class SubsamplingStep(ArrayStepShared):
         self.precond = self.laplace
         self._configuration_key = key
         self._last_theta = None  # astep restarts the kernel in the new coordinates
-        self._lp_track = _LogDensityTrack()  # another target: its level is not comparable
+        self._divergence.restart()  # another target: its level is not comparable
         self._reset_kernel_state()
 
     def _find_census(self, enabled: bool) -> np.ndarray:
@@ -497,21 +478,16 @@ class SubsamplingStep(ArrayStepShared):
             self._configuration_key = self._initial_key
             self.map_problem = self._configurations[self._initial_key][3]
         self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
-        self._noise = _NoiseAccumulator(self.layer.dim)
+        self._noise = NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
-        self._lp_track = _LogDensityTrack()
-        self._stability = 1.0
-        self._stability_ceiling = 1.0
-        self._block_diverged = self._last_diverged = False
-        self._last_block_temperature = 0.0
+        self._divergence = DivergenceCheck()
+        self._stability_watch = StabilityWatch(self.layer.dim) if self.watches_stability else None
         self._window_seen = False
-        self._window_failures = 0
         self._trust_laplace = self.map_problem is None
         self._warned_mode = False
         self._window_virials: list[float] = []
         self._draw_virial = math.nan
-        self._block_hot: list[float] = []
         self._warned_divergence = False
         self.monitor = ChainMonitor(self.layer.dim)
         self._reset_kernel_state()
@@ -590,7 +566,7 @@ class SubsamplingStep(ArrayStepShared):
         else:
             self._commit_noise(record.noise)
             if math.isfinite(lp):
-                self._lp_track.add(lp)
+                self._divergence.track.add(lp)
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, virial, diverging, rows_read)
         self._draw_index += 1
@@ -614,7 +590,7 @@ class SubsamplingStep(ArrayStepShared):
         record = oracle.record()
         self._commit_noise(record.noise)
         if math.isfinite(record.log_density):  # where the chain stays: the next drop's base
-            self._lp_track.add(record.log_density)
+            self._divergence.track.add(record.log_density)
         return record.rows_read
 
     def _window_settled(self, virials: list[float]) -> bool:
@@ -631,18 +607,10 @@ class SubsamplingStep(ArrayStepShared):
         return -float(record.position @ record.grad) / self.layer.dim
 
     def _blew_up(self, z: np.ndarray, record: DrawRecord, virial: float) -> bool:
-        """A draw that left the posterior: far out in z, a virial far from 1 (or not
-        finite), a kinetic temperature far above 1, a measured log density that is not
-        finite, or one that fell by more than the threshold."""
-        lp = record.log_density
-        measured = record.noise is not None
-        if float(np.max(np.abs(z))) > BLOWUP_Z or (measured and not math.isfinite(lp)):
-            return True
-        if record.grad is not None and not abs(virial) < BLOWUP_VIRIAL:
-            return True
-        if self._kinetic_temperature() > BLOWUP_TEMPERATURE:  # NaN (no momentum): not judged
-            return True
-        return self._lp_track.dropped(lp, early=self.cv_order > 0)
+        """Whether the draw left the posterior (:class:`~.divergence.DivergenceCheck`)."""
+        return self._divergence.blew_up(
+            z, record, virial, self._kinetic_temperature(), early=self.cv_order > 0
+        )
 
     def _commit_noise(self, noise: NoiseSample | None) -> None:
         """Keep the draw's noise measurement (dropped when the draw diverged or it is not
@@ -771,51 +739,21 @@ class SubsamplingStep(ArrayStepShared):
             self._adapt_step_size(final=False)
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Halve the step size at a block's first tuning divergence (at once) and after a
-        block that ran hot; double it back after a calm block, up to the largest factor not
-        yet failed (forgotten when the coordinates change: see ``_forget_failures``)."""
-        if self._fixed_step:
+        """Feed the tuning draw to the stability watch (:mod:`.stability`): a changed factor
+        re-chooses the step size, a hot block restarts the kernel."""
+        watch = self._stability_watch
+        if self._fixed_step or watch is None:
             return
-        if diverging and (not self._block_diverged or self._last_diverged):
-            # a block's first divergence, and each one that follows another (the chain has
-            # not moved since: its step is still unstable where it stands)
-            self._lower_stability()
-        self._block_diverged |= diverging
-        self._last_diverged = diverging
         kinetic = self._kinetic_temperature()
-        self._block_hot.append(kinetic if math.isfinite(kinetic) else virial)
-        if len(self._block_hot) < STABILITY_BLOCK:
-            return
-        finite = [t for t in self._block_hot if math.isfinite(t)]
-        temperature = float(np.mean(finite)) if finite else 1.0
-        # a block mean of 2K/d (chi-square_d / d per draw) has sd sqrt(2 / (d B))
-        spread = 4.0 * math.sqrt(2.0 / (self.layer.dim * STABILITY_BLOCK))
-        hot = temperature > max(HOT_TEMPERATURE, 1.0 + spread)
-        # a chain relaxing from an excursion (e.g. back from beyond a likelihood wall) is hot
-        # but cooling: only a block at least RELAXING times as hot as the last one halves
-        heating = hot and temperature > RELAXING * self._last_block_temperature
-        self._last_block_temperature = temperature
-        halved, calm = self._block_diverged, not hot and not self._block_diverged
-        self._block_hot, self._block_diverged = [], False
-        if hot:
+        verdict = watch.observe(diverging, kinetic if math.isfinite(kinetic) else virial)
+        if verdict.hot:
             self._reset_kernel_state()
-        if heating and not halved:  # at most one halving per block
-            self._lower_stability()
-        elif calm and self._stability < self._stability_ceiling:
-            self._stability = min(2.0 * self._stability, self._stability_ceiling)
+        if verdict.factor_changed:
             self._adapt_step_size(final=False)
 
-    def _lower_stability(self) -> None:
-        self._window_failures += 1
-        self._stability *= 0.5
-        self._stability_ceiling = min(self._stability_ceiling, self._stability)
-        self._adapt_step_size(final=False)
-
-    def _forget_failures(self) -> None:
-        """After the first window (the start's transient: a Laplace draw of a poor fit, an
-        anchor far from the bulk) and when the Laplace fit stops being trusted, failures
-        seen so far no longer cap the step size."""
-        self._stability_ceiling = 1.0
+    def _stability_factor(self) -> float:
+        """The watch's factor on the default step size (1 without a watch)."""
+        return 1.0 if self._stability_watch is None else self._stability_watch.factor
 
     def _end_window(self) -> None:
         moments, virials = self._moments, self._window_virials
@@ -836,9 +774,10 @@ class SubsamplingStep(ArrayStepShared):
                 return
             lost_trust = True
             self._trust_laplace = False
-        if first_window or lost_trust:
-            self._forget_failures()
-        unsettled, self._window_failures = self._window_failures > 0, 0
+        watch = self._stability_watch
+        if (first_window or lost_trust) and watch is not None:
+            watch.forget_failures()
+        unsettled = watch is not None and watch.take_window_failures() > 0
         if self._trust_laplace and unsettled:
             # a divergence or a heating block: the window holds an excursion (e.g. beyond a
             # likelihood wall) whose spread would mislead the scales and the anchor
@@ -902,10 +841,9 @@ class SubsamplingStep(ArrayStepShared):
             if self.anchor.loglik_hessian is not None:
                 curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
             self.anchor = layer.anchor_at(center, curvature_from=curvature)
-        self._noise = _NoiseAccumulator(layer.dim)
-        self._stability = self._stability_ceiling = 1.0
-        self._block_hot, self._block_diverged, self._window_failures = [], False, 0
-        self._last_block_temperature = 0.0
+        self._noise = NoiseAccumulator(layer.dim)
+        if self._stability_watch is not None:
+            self._stability_watch.restart()
         self._adapt_step_size(final=False)
         self._reset_kernel_state()
         return True
@@ -948,7 +886,7 @@ class SubsamplingStep(ArrayStepShared):
         noise_var = self._noise_variance(self.cv_order)
         if self._fixed_step:
             return
-        default = self.default_step() * self._stability
+        default = self.default_step() * self._stability_factor()
         if noise_var.size and not self._fixed_batch:
             noise_var = self._adapt_batch_size(noise_var, default)
         self.step_size = (
@@ -989,7 +927,7 @@ class SubsamplingStep(ArrayStepShared):
         first, second = self._noise_variance(1), self._noise_variance(2)
         if not first.size or not second.size:
             return self.cv_order
-        default = self.default_step() * self._stability
+        default = self.default_step() * self._stability_factor()
         limited = largest_step_within_noise_bound(
             self.noise_share, first, default, self.noise_bound
         )
@@ -1006,85 +944,6 @@ class SubsamplingStep(ArrayStepShared):
 
     def _extra_stats(self) -> dict[str, Any]:
         return {}
-
-
-class _LogDensityTrack:
-    """Recent log-density estimates, to call a sudden fall a divergence.
-
-    A fall counts when it exceeds ``LOGP_DROP_DIVERGENCE`` plus ten times the running sd of
-    the estimates (which holds the posterior's own spread of log densities and the
-    minibatch estimator's noise, large without control variates); checked from the tenth draw.
-    """
-
-    WARM = 10
-    WEIGHT = 0.05
-
-    def __init__(self):
-        self.count = 0
-        self.last = math.nan
-        self._mean = 0.0
-        self._var = 0.0
-
-    def dropped(self, lp: float, early: bool = False) -> bool:
-        """``early``: also in the first ``WARM`` draws, from the first recorded estimate on
-        (for estimates with control variates, whose own noise is small near the anchor)."""
-        if self.count < (1 if early else self.WARM) or not math.isfinite(lp):
-            return False
-        return lp < self.last - (LOGP_DROP_DIVERGENCE + 10.0 * math.sqrt(self._var))
-
-    def add(self, lp: float) -> None:
-        self.count += 1
-        self.last = lp
-        weight = max(self.WEIGHT, 1.0 / self.count)
-        delta = lp - self._mean
-        self._mean += weight * delta
-        self._var = (1.0 - weight) * (self._var + weight * delta * delta)
-
-
-class _NoiseAccumulator:
-    """Running mean of the measured per-unit gradient noise ``N^2 s^2`` per coordinate (z
-    coordinates at measurement time; first and second order), which does not depend on the
-    batch size: the step turns it into the current batch's variance.
-
-    Measurements made before the anchor last moved are kept as a fallback until enough new
-    ones (``MIN_FRESH``) arrive, since moving the anchor changes the noise.
-    """
-
-    MIN_FRESH = 20
-
-    def __init__(self, dim: int):
-        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
-        self._stale = {1: _Mean(dim), 2: _Mean(dim)}
-
-    def add(self, first: np.ndarray, second: np.ndarray | None) -> None:
-        self._fresh[1].add(first)
-        if second is not None:
-            self._fresh[2].add(second)
-
-    def measured(self) -> bool:
-        return self._fresh[1].count > 0 or self._stale[1].count > 0
-
-    def recentred(self) -> None:
-        self._stale = self._fresh
-        dim = len(self._fresh[1].mean)
-        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
-
-    def variance(self, order: int) -> np.ndarray:
-        order = max(order, 1)
-        fresh, stale = self._fresh[order], self._stale[order]
-        if fresh.count >= self.MIN_FRESH or stale.count == 0:
-            return fresh.mean if fresh.count else np.empty(0)
-        return stale.mean
-
-
-class _Mean:
-    def __init__(self, dim: int):
-        self.count = 0
-        self.mean = np.zeros(dim)
-
-    def add(self, x: np.ndarray) -> None:
-        self.count += 1
-        self.mean = self.mean + (x - self.mean) / self.count
 
 
 def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:

@@ -150,6 +150,7 @@ class HMCECS(SubsamplingStep):
 
     name = "hmcecs"
     accept_step = True
+    watches_stability = False
     default_step_size: ClassVar[float] = 0.25
     default_blocks: ClassVar[int] = 100
     default_minibatch: ClassVar[int] = 30
@@ -685,9 +686,6 @@ class HMCECS(SubsamplingStep):
         if final and not self._fixed_step:
             self.step_size = math.exp(self._dual.log_step_avg)
         self.inner_steps = self._n_steps()
-
-    def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Dual averaging counts a divergence as acceptance 0; no separate halving."""
 
     def _extra_stats(self) -> dict[str, Any]:
         info, evaluation = self._info, self._evaluation

@@ -131,6 +131,7 @@ class SBPS(SubsamplingStep):
     """
 
     name = "sbps"
+    watches_stability = False
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
@@ -301,9 +302,6 @@ class SBPS(SubsamplingStep):
         elif rate < VIOLATION_TARGET / 5:
             self.k = max(self.k / K_GROWTH**0.5, DEFAULT_K)
         self._tuning_counts = np.zeros(2)
-
-    def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """No step size to lower: a divergence only restarts the kernel (done by the base)."""
 
     # ------------------------------------------------------------------ kernel plumbing
     def _reset_kernel_state(self) -> None:

@@ -393,7 +393,7 @@ def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
     """A draw whose kinetic temperature exceeds BLOWUP_TEMPERATURE is rejected as diverging
     even where its position has not left yet: the chain goes on from the previous draw
     (kept, a draw with an exploded momentum trapped EWSG: every later draw diverged)."""
-    from pymc_bigdata.step_methods.base import BLOWUP_TEMPERATURE
+    from pymc_bigdata.step_methods.divergence import BLOWUP_TEMPERATURE
 
     model, _ = small_logistic
     step = _step(pmb.SGHMC, small_logistic)
@@ -431,10 +431,10 @@ def test_blow_up_never_undoes_an_accepted_move(small_logistic, monkeypatch, make
     fires (reverting it would break reversibility): the draw is recorded as diverging and a
     DivergenceWarning says so, but the chain moves as its kernel decided. Fails when astep
     reverts every blown-up draw to its start (the chain would never move)."""
-    import pymc_bigdata.step_methods.base as base
+    import pymc_bigdata.step_methods.divergence as divergence
 
     model, layer = small_logistic
-    monkeypatch.setattr(base, "BLOWUP_Z", -1.0)  # every draw "blows up"
+    monkeypatch.setattr(divergence, "BLOWUP_Z", -1.0)  # every draw "blows up"
     step = make_step(model, layer)
     with model, pytest.warns(pmb.DivergenceWarning, match="the chain kept it"):
         idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
@@ -446,10 +446,10 @@ def test_blow_up_never_undoes_an_accepted_move(small_logistic, monkeypatch, make
 
 def test_blow_up_of_a_gradient_sampler_reverts_the_draw(small_logistic, monkeypatch):
     """Without an accept test (SGHMC), a blown-up draw is rejected: the chain stays put."""
-    import pymc_bigdata.step_methods.base as base
+    import pymc_bigdata.step_methods.divergence as divergence
 
     model, layer = small_logistic
-    monkeypatch.setattr(base, "BLOWUP_Z", -1.0)
+    monkeypatch.setattr(divergence, "BLOWUP_Z", -1.0)
     step = pmb.SGHMC(model=model, layer=layer, step_size=0.1)
     with model, pytest.warns(pmb.DivergenceWarning):
         idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)

@@ -1,0 +1,59 @@
+"""The measured gradient noise a noise-limited step size is chosen from.
+
+The step's gradient oracle measures, on the last transition of a measuring draw, the per-unit
+noise ``N^2 s^2`` of its estimates per coordinate (:class:`~.gradient_oracle.NoiseSample`);
+:class:`NoiseAccumulator` keeps their running means, for first- and second-order control
+variates, across anchor moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["NoiseAccumulator"]
+
+
+class NoiseAccumulator:
+    """Running mean of the measured per-unit gradient noise ``N^2 s^2`` per coordinate (z
+    coordinates at measurement time; first and second order), which does not depend on the
+    batch size: the step turns it into the current batch's variance.
+
+    Measurements made before the anchor last moved are kept as a fallback until enough new
+    ones (``MIN_FRESH``) arrive, since moving the anchor changes the noise.
+    """
+
+    MIN_FRESH = 20
+
+    def __init__(self, dim: int):
+        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
+        self._stale = {1: _Mean(dim), 2: _Mean(dim)}
+
+    def add(self, first: np.ndarray, second: np.ndarray | None) -> None:
+        self._fresh[1].add(first)
+        if second is not None:
+            self._fresh[2].add(second)
+
+    def measured(self) -> bool:
+        return self._fresh[1].count > 0 or self._stale[1].count > 0
+
+    def recentred(self) -> None:
+        self._stale = self._fresh
+        dim = len(self._fresh[1].mean)
+        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
+
+    def variance(self, order: int) -> np.ndarray:
+        order = max(order, 1)
+        fresh, stale = self._fresh[order], self._stale[order]
+        if fresh.count >= self.MIN_FRESH or stale.count == 0:
+            return fresh.mean if fresh.count else np.empty(0)
+        return stale.mean
+
+
+class _Mean:
+    def __init__(self, dim: int):
+        self.count = 0
+        self.mean = np.zeros(dim)
+
+    def add(self, x: np.ndarray) -> None:
+        self.count += 1
+        self.mean = self.mean + (x - self.mean) / self.count
