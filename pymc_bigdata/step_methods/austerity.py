@@ -24,7 +24,6 @@ import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.difference_terms import control_variate_sum
-from pymc_bigdata.dual_averaging import dual_averaging_init, dual_averaging_update
 from pymc_bigdata.kernels.austerity import (
     Proposal,
     langevin_proposal,
@@ -34,6 +33,7 @@ from pymc_bigdata.kernels.austerity import (
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["AusterityMH"]
 
@@ -246,7 +246,6 @@ class AusterityMH(SubsamplingStep):
 
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
-        self._dual = dual_averaging_init(self.step_size)
         self._precond_seen = self.precond
         self._decisions: list[_Decision] = []
         self._kept_accepts: list[float] = []
@@ -386,10 +385,7 @@ class AusterityMH(SubsamplingStep):
             z, decision = self._decide(z)
             decisions.append(decision)
             if self.tune and self.adapt and not self._fixed_step:
-                self._dual = dual_averaging_update(
-                    self._dual, float(decision.accepted), self.target_accept
-                )
-                self.step_size = math.exp(self._dual.log_step)
+                self.step_size = self._step_policy.update(float(decision.accepted))
         self._decisions = decisions
         return z, True, DrawRecord(self._rows_read)
 
@@ -400,7 +396,7 @@ class AusterityMH(SubsamplingStep):
         if self.precond is not self._precond_seen:
             self._precond_seen = self.precond
             if not self._fixed_step:
-                self._dual = dual_averaging_init(self.step_size)
+                self._step_policy.restart(self.step_size)
 
     def _switch_configuration(self) -> None:
         """Another configuration's Laplace fit: its coordinates suit the same scale, so dual
@@ -408,10 +404,12 @@ class AusterityMH(SubsamplingStep):
         super()._switch_configuration()
         self._precond_seen = self.precond
 
-    def _adapt_step_size(self, final: bool) -> None:
-        """Dual averaging sets the scale (each decision); at the end, its averaged value."""
-        if final and not self._fixed_step:
-            self.step_size = math.exp(self._dual.log_step_avg)
+    def _make_step_policy(self) -> DualAveragingStepSize:
+        """Dual averaging of the proposal scale to ``target_accept``: it sets the scale at
+        each tuning decision (``_transitions``), and its averaged value when tuning stops."""
+        return DualAveragingStepSize(
+            target=self.target_accept, step_size=self.step_size, fixed_step=self._fixed_step
+        )
 
     def _extra_stats(self) -> dict[str, Any]:
         decisions = self._decisions

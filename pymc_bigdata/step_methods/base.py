@@ -33,7 +33,6 @@ from pymc_bigdata.adaptation import (
     NOISE_SHARE_BOUND,
     RunningMoments,
     blend_covariance,
-    largest_step_within_noise_bound,
     rescale_laplace,
     window_ends,
 )
@@ -54,6 +53,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
+from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
@@ -100,18 +100,6 @@ CENSUS_FACTOR = 20.0
 #: random displacements used to measure row influence
 CENSUS_DIRECTIONS = 4
 
-#: with the default batch size, tuning raises it (up to this multiple of the default, and
-#: at most all rows) while the gradient noise limits the step size, and lowers it again
-#: (never below the default) when it no longer does. The noise variance falls as
-#: ``1/n - 1/N`` while the noise-limited step rises in proportion, so the travel per row
-#: read is at least as good with the larger batch and the draws need fewer transitions
-MAX_BATCH_GROWTH = 20
-#: the batch size changes only by more than this factor (either way)
-BATCH_CHANGE = 1.25
-
-#: second order is chosen when its worst noise variance is below this fraction of first
-#: order's and first order's would limit the step size
-SECOND_ORDER_GAIN = 0.5
 
 #: Laplace fits kept for configurations of held (discrete) variables; the oldest is dropped
 #: beyond (a configuration met again is then re-fitted)
@@ -177,6 +165,8 @@ class SubsamplingStep(ArrayStepShared):
     #: whether tuning halves the step size after divergences and hot blocks
     #: (:class:`~.stability.StabilityWatch`); False where an accept test or nothing to lower
     watches_stability: ClassVar[bool] = True
+    #: most transitions per draw the automatic rule may choose
+    max_inner_steps: ClassVar[int] = MAX_INNER_STEPS
     #: step size in z coordinates for unit curvature, and transitions per draw
     default_step_size: ClassVar[float] = 0.1
     default_inner_steps: ClassVar[int] = 10
@@ -423,7 +413,7 @@ class SubsamplingStep(ArrayStepShared):
 
     def _check_inner_steps(self, inner_steps: int | None) -> int:
         if inner_steps is None:
-            return min(self.default_inner(), MAX_INNER_STEPS)
+            return min(self.default_inner(), self.max_inner_steps)
         if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
             raise ValueError(f"inner_steps must be a positive integer, got {inner_steps!r}.")
         return int(inner_steps)
@@ -490,6 +480,7 @@ class SubsamplingStep(ArrayStepShared):
         self._draw_virial = math.nan
         self._warned_divergence = False
         self.monitor = ChainMonitor(self.layer.dim)
+        self._step_policy = self._make_step_policy()
         self._reset_kernel_state()
 
     def _reset_kernel_state(self) -> None:
@@ -879,60 +870,44 @@ class SubsamplingStep(ArrayStepShared):
             stacklevel=2,
         )
 
-    def _adapt_step_size(self, final: bool) -> None:
-        """Control-variate order, step size and inner steps from the measured noise."""
-        if self._second_order_available and self.cv_mode == "auto":
-            self.cv_order = self._choose_order()
-        noise_var = self._noise_variance(self.cv_order)
-        if self._fixed_step:
-            return
-        default = self.default_step() * self._stability_factor()
-        if noise_var.size and not self._fixed_batch:
-            noise_var = self._adapt_batch_size(noise_var, default)
-        self.step_size = (
-            largest_step_within_noise_bound(self.noise_share, noise_var, default, self.noise_bound)
-            if noise_var.size
-            else default
+    def _make_step_policy(self) -> NoiseLimitedStepSize:
+        """The step-size policy this sampler declares (:mod:`.step_size`): noise-limited."""
+        return NoiseLimitedStepSize(
+            noise_bound=self.noise_bound,
+            fixed_step=self._fixed_step,
+            fixed_batch=self._fixed_batch,
+            default_batch=self._default_batch,
+            pool_size=self._pool_size(),
+            replace=self.replace,
         )
-        if not self._fixed_inner:
-            self.inner_steps = min(self.default_inner(), MAX_INNER_STEPS)
 
-    def _adapt_batch_size(self, noise_var: np.ndarray, default: float) -> np.ndarray:
-        """Resize the batch so that the worst noise share at the ``default`` step is the
-        bound (see ``MAX_BATCH_GROWTH``); returns the noise variance at the new size."""
-        per_unit = float(np.max(self._noise.variance(self.cv_order)))
-        share_per_unit = float(self.noise_share(default, np.array([per_unit]))[0])
-        if not math.isfinite(share_per_unit):
-            return noise_var
-        pool = self._pool_size()
-        if share_per_unit <= 0:
-            wanted = 1.0
-        else:  # the largest factor 1/n (- 1/N) that keeps the share within the bound
-            factor = self.noise_bound / share_per_unit
-            wanted = 1.0 / factor if self.replace else 1.0 / (factor + 1.0 / pool)
-        largest = min(pool, MAX_BATCH_GROWTH * self._default_batch)
-        new = int(min(max(math.ceil(wanted), self._default_batch), largest))
-        n = self.batch_size
-        if new == n or (max(new / n, n / new) <= BATCH_CHANGE and new != largest):
-            return noise_var
-        self._resize_batch(new)
-        return self._noise_variance(self.cv_order)
+    def _step_context(self) -> StepContext:
+        return StepContext(
+            default_step=self.default_step() * self._stability_factor(),
+            cv_order=self.cv_order,
+            batch_size=self.batch_size,
+            noise_share=self.noise_share,
+            noise_variance=lambda order, n: self._noise.variance(order) * self._batch_factor(n),
+            unit_noise_variance=self._noise.variance,
+            order_choice=self._second_order_available and self.cv_mode == "auto",
+        )
+
+    def _adapt_step_size(self, final: bool) -> None:
+        """Apply the step-size policy's choice; the inner steps follow the step size."""
+        choice = self._step_policy.choose(self._step_context(), final)
+        if choice.cv_order is not None:
+            self.cv_order = choice.cv_order
+        if choice.batch_size is not None and choice.batch_size != self.batch_size:
+            self._resize_batch(choice.batch_size)
+        if choice.step_size is not None:
+            self.step_size = choice.step_size
+        if choice.inner and not self._fixed_inner:
+            self.inner_steps = min(self.default_inner(), self.max_inner_steps)
 
     def _resize_batch(self, batch_size: int) -> None:
         self.batch_size = int(batch_size)
         self._rows.resize(self.batch_size)
         self._set_up_weights()
-
-    def _choose_order(self) -> int:
-        first, second = self._noise_variance(1), self._noise_variance(2)
-        if not first.size or not second.size:
-            return self.cv_order
-        default = self.default_step() * self._stability_factor()
-        limited = largest_step_within_noise_bound(
-            self.noise_share, first, default, self.noise_bound
-        )
-        better = np.max(second) < SECOND_ORDER_GAIN * np.max(first)
-        return 2 if (limited < default and better) else 1
 
     @abstractmethod
     def _transitions(

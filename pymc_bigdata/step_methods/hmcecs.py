@@ -19,7 +19,6 @@ import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.difference_terms import TAYLOR_ORDERS, control_variate_sum
-from pymc_bigdata.dual_averaging import dual_averaging_init, dual_averaging_update
 from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
     HMCECSInfo,
@@ -37,6 +36,7 @@ from pymc_bigdata.kernels.hmcecs import (
 from pymc_bigdata.layer import Anchor
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["HMCECS"]
 
@@ -151,6 +151,7 @@ class HMCECS(SubsamplingStep):
     name = "hmcecs"
     accept_step = True
     watches_stability = False
+    max_inner_steps = MAX_LEAPFROG
     default_step_size: ClassVar[float] = 0.25
     default_blocks: ClassVar[int] = 100
     default_minibatch: ClassVar[int] = 30
@@ -323,7 +324,6 @@ class HMCECS(SubsamplingStep):
         self._subsample: Subsample | None = None
         self._evaluation: Evaluation | None = None
         self._info: HMCECSInfo | None = None
-        self._dual = dual_averaging_init(self.step_size)
         self._precond_seen = self.precond
         self._anchor_seen = self.anchor
         self._piloted = False
@@ -353,6 +353,10 @@ class HMCECS(SubsamplingStep):
     def _wanted_steps(self) -> int:
         """Leapfrog steps for ``trajectory_length`` at the current step size."""
         return max(1, math.ceil(self.trajectory_length / self.step_size - 1e-9))
+
+    def default_inner(self) -> int:
+        """Leapfrog steps: :meth:`_wanted_steps` (the base caps them at ``max_inner_steps``)."""
+        return self._wanted_steps()
 
     def _n_steps(self) -> int:
         """:meth:`_wanted_steps`, at most ``MAX_LEAPFROG`` (the stat ``trajectory_truncated``
@@ -489,8 +493,7 @@ class HMCECS(SubsamplingStep):
         if self._fixed_step:
             return
         accept = 0.0 if info.diverging else info.accept_prob
-        self._dual = dual_averaging_update(self._dual, accept, self.target_accept)
-        self.step_size = math.exp(self._dual.log_step)
+        self.step_size = self._step_policy.update(accept)
         self.inner_steps = self._n_steps()
 
     def _measure(self, evaluation: Evaluation) -> None:
@@ -647,7 +650,7 @@ class HMCECS(SubsamplingStep):
         if self.precond is not self._precond_seen:
             self._precond_seen = self.precond
             if not self._fixed_step:
-                self._dual = dual_averaging_init(self.step_size)
+                self._step_policy.restart(self.step_size)
         if self.anchor is not self._anchor_seen:
             self._anchor_seen = self.anchor
             self._unit_vars, self._level_draws = [], []
@@ -681,11 +684,12 @@ class HMCECS(SubsamplingStep):
         self._anchor_refits += 1
         self._evaluation = None
 
-    def _adapt_step_size(self, final: bool) -> None:
-        """Dual averaging sets the step (each tuning draw); at the end, its averaged value."""
-        if final and not self._fixed_step:
-            self.step_size = math.exp(self._dual.log_step_avg)
-        self.inner_steps = self._n_steps()
+    def _make_step_policy(self) -> DualAveragingStepSize:
+        """Dual averaging (Sec. 6.3) at a fixed trajectory length: it sets the step at each
+        tuning draw (``_tune_step``), and its averaged value when tuning stops."""
+        return DualAveragingStepSize(
+            target=self.target_accept, step_size=self.step_size, fixed_step=self._fixed_step
+        )
 
     def _extra_stats(self) -> dict[str, Any]:
         info, evaluation = self._info, self._evaluation

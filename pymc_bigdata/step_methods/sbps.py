@@ -21,6 +21,7 @@ from pymc_bigdata.kernels.sbps import (
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.step_size import CurvatureStepSize, StepChoice, StepContext
 
 __all__ = ["SBPS", "pSBPS"]
 
@@ -194,7 +195,7 @@ class SBPS(SubsamplingStep):
             if name in kwargs:
                 raise TypeError(f"SBPS has no {name}; use travel_time (travel per draw).")
         self._fixed_k = k is not None
-        self.k = float(k) if k is not None else DEFAULT_K
+        self._given_k = float(k) if k is not None else DEFAULT_K
         self.adaptive_metric = preconditioner == "adaptive"
         self.metric_adaptation = (float(metric_beta), float(metric_eps))
         self.adapt_metric_after_tuning = bool(adapt_metric_after_tuning)
@@ -232,10 +233,6 @@ class SBPS(SubsamplingStep):
         #: violations, expected violations and proposals of the chain's kept draws
         self._chain_counts = np.zeros(3)
         self._exhausted_draws = 0
-        #: violations and proposals in tuning since k last changed
-        self._tuning_counts = np.zeros(2)
-        if not self._fixed_k:
-            self.k = DEFAULT_K
         self._metric = None
 
     # ------------------------------------------------------------------ defaults
@@ -281,27 +278,17 @@ class SBPS(SubsamplingStep):
         """SBPS has no discretisation: minibatch noise only adds bounces (Theorem 1)."""
         return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
 
-    def _adapt_step_size(self, final: bool) -> None:
+    def _make_step_policy(self) -> TravelTimeAndBand:
         """The travel time follows the preconditioner's curvature (unless given), and ``k``
         the tuning draws' violation rate (unless given)."""
-        if not self._fixed_step:
-            self.step_size = self.default_step()
-        if not self._fixed_k and not final:
-            self._adapt_k()
+        return TravelTimeAndBand(
+            fixed_step=self._fixed_step, k=self._given_k, fixed_k=self._fixed_k
+        )
 
-    def _adapt_k(self) -> None:
-        """Raise ``k`` by ``K_GROWTH`` while more than ``VIOLATION_TARGET`` of the proposals
-        since the last change violate the band, lower it back towards ``DEFAULT_K`` when
-        fewer than a fifth of that do (judged on at least ``K_MIN_PROPOSALS`` proposals)."""
-        violations, proposals = self._tuning_counts
-        if proposals < K_MIN_PROPOSALS:
-            return
-        rate = violations / proposals
-        if rate > VIOLATION_TARGET:
-            self.k = min(self.k * K_GROWTH, K_MAX)
-        elif rate < VIOLATION_TARGET / 5:
-            self.k = max(self.k / K_GROWTH**0.5, DEFAULT_K)
-        self._tuning_counts = np.zeros(2)
+    @property
+    def k(self) -> float:
+        """The band multiple in use (tuned unless given)."""
+        return self._step_policy.k
 
     # ------------------------------------------------------------------ kernel plumbing
     def _reset_kernel_state(self) -> None:
@@ -413,7 +400,7 @@ class SBPS(SubsamplingStep):
             self._chain_counts += (info.violations, info.expected_violations, info.proposals)
             self._exhausted_draws += info.exhausted
         else:
-            self._tuning_counts += (info.violations, info.proposals)
+            self._step_policy.count(info.violations, info.proposals)
         travel = info.travelled if info.exhausted else self.step_size
         return {
             "proposals": info.proposals,
@@ -523,6 +510,42 @@ class SBPS(SubsamplingStep):
                 )
             out[key] = (stats[key] * travel).sum(dim=("chain", "draw")) / total
         return xr.Dataset(out)
+
+
+class TravelTimeAndBand(CurvatureStepSize):
+    """SBPS's tuning policy: the travel time per draw follows the curvature default
+    (:class:`~.step_size.CurvatureStepSize`), and the band multiple ``k`` the tuning draws'
+    violation rate: raised by ``K_GROWTH`` while more than ``VIOLATION_TARGET`` of the
+    proposals since the last change violate the band, lowered back towards ``DEFAULT_K`` when
+    fewer than a fifth of that do (judged on at least ``K_MIN_PROPOSALS`` proposals)."""
+
+    def __init__(self, *, fixed_step: bool, k: float, fixed_k: bool):
+        super().__init__(fixed_step=fixed_step)
+        self.k, self.fixed_k = k, fixed_k
+        #: violations and proposals in tuning since k last changed
+        self._counts = np.zeros(2)
+
+    def count(self, violations: int, proposals: int) -> None:
+        """A tuning draw's violations and proposals."""
+        self._counts += (violations, proposals)
+
+    def choose(self, context: StepContext, final: bool) -> StepChoice:
+        """The travel time; ``k`` adapted (unless given, or at the end)."""
+        choice = super().choose(context, final)
+        if not self.fixed_k and not final:
+            self._adapt_k()
+        return choice
+
+    def _adapt_k(self) -> None:
+        violations, proposals = self._counts
+        if proposals < K_MIN_PROPOSALS:
+            return
+        rate = violations / proposals
+        if rate > VIOLATION_TARGET:
+            self.k = min(self.k * K_GROWTH, K_MAX)
+        elif rate < VIOLATION_TARGET / 5:
+            self.k = max(self.k / K_GROWTH**0.5, DEFAULT_K)
+        self._counts = np.zeros(2)
 
 
 def _check_path_functions(functions) -> dict[str, Callable]:
