@@ -32,8 +32,6 @@ from pymc.step_methods.compound import Competence
 from pymc_bigdata.adaptation import (
     NOISE_SHARE_BOUND,
     RunningMoments,
-    blend_covariance,
-    rescale_laplace,
     window_ends,
 )
 from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
@@ -54,6 +52,16 @@ from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
+from pymc_bigdata.step_methods.windows import (
+    DENSE_HESSIAN_MAX_DIM,
+    MIN_TRAVEL,
+    bulk_precision,
+    mode_distance,
+    mode_outside_bulk,
+    recentre_wanted,
+    window_covariance,
+    window_settled,
+)
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
@@ -66,32 +74,6 @@ MEASURE_EVERY = 10
 
 #: most transitions per draw the automatic rule may choose (noise-limited step sizes)
 MAX_INNER_STEPS = 100
-
-#: the preconditioner's scales are re-estimated only when one draw spans at least this much
-#: dynamics time (step size x inner steps; the defaults give 2-3): a window of more
-#: correlated draws underestimates the posterior's spread
-MIN_TRAVEL = 1.0
-
-#: the anchor moves to a window's mean only when that is this many sds from it (one
-#: full-data pass saved per window when the MAP already sits at the posterior mean) and
-#: more than ``RECENTRE_SE`` standard errors of the window mean (``sd sqrt(2 / draws)``:
-#: tuned chains keep an ESS of at least half their draws), so that a short window's noisy
-#: mean does not move it
-RECENTRE_SD = 0.2
-RECENTRE_SE = 3.0
-
-#: a MAP this many of the draws' sds from their mean (any coordinate) is no longer trusted
-#: for the preconditioner's shape or the step size's curvature (see ``_mode_outside_bulk``;
-#: in units of the larger of the window's and the Laplace sd)
-MODE_OUTSIDE_BULK_SD = 3.0
-
-#: when it is, the Laplace fit is re-done at the window's mean (``_refit_at_bulk``) up to
-#: this many parameters (a dense full-data Hessian); the curvature's eigenvalues, in units
-#: of the window's marginal sds, are raised to at least this (an sd at most 3x the draws')
-DENSE_HESSIAN_MAX_DIM = 2_000
-BULK_CURVATURE_FLOOR = 1.0 / 9.0
-#: ... and only when the window's mean virial is within this of 1 (a settled chain)
-SETTLED_VIRIAL = 0.5
 
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
@@ -584,13 +566,6 @@ class SubsamplingStep(ArrayStepShared):
             self._divergence.track.add(record.log_density)
         return record.rows_read
 
-    def _window_settled(self, virials: list[float]) -> bool:
-        """Whether a window's draws look stationary: their mean virial (1 at equilibrium,
-        far above it for a chain still falling into the bulk) within ``SETTLED_VIRIAL``; a
-        sampler that records no virial is not judged."""
-        finite = [v for v in virials if math.isfinite(v)]
-        return not finite or abs(float(np.mean(finite)) - 1.0) <= SETTLED_VIRIAL
-
     def _virial(self, record: DrawRecord) -> float:
         """``-z . grad / d`` at the draw's last gradient evaluation (NaN without one)."""
         if record.grad is None:
@@ -759,7 +734,7 @@ class SubsamplingStep(ArrayStepShared):
             if not self._warned_mode:
                 self._warned_mode = True
                 self._warn_mode_outside_bulk(moments)
-            if not self._window_settled(virials):
+            if not window_settled(virials):
                 return  # still travelling (e.g. back from a start's excursion): wait
             if self._refit_at_bulk(moments):
                 return
@@ -775,23 +750,14 @@ class SubsamplingStep(ArrayStepShared):
             self._reset_kernel_state()
             return
         laplace = self.laplace if self._trust_laplace else None
-        if self._trust_laplace and not decorrelated:
-            cov = self.precond.covariance()  # draws too correlated to judge the scales
-        elif self._trust_laplace:
-            cov = rescale_laplace(self.laplace.covariance(), moments.covariance(), moments.count)
-        else:  # no Laplace fit worth keeping: the draws' own covariance
-            cov = blend_covariance(
-                moments.covariance(), moments.count, self.precond.covariance(), 1
-            )
+        cov = window_covariance(moments, self.precond, laplace, decorrelated)
         try:
             self.precond = Preconditioner.from_covariance(
                 moments.mean, cov, self.precond.kind, laplace
             )
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return
-        shift = np.abs(moments.mean - self.anchor.theta) if self.anchor is not None else None
-        threshold = max(RECENTRE_SD, RECENTRE_SE * math.sqrt(2.0 / moments.count))
-        if shift is not None and np.max(shift / np.sqrt(_diagonal(cov))) > threshold:
+        if self.anchor is not None and recentre_wanted(moments, self.anchor.theta, cov):
             self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
             self._noise.recentred()
         self._reset_kernel_state()
@@ -812,16 +778,9 @@ class SubsamplingStep(ArrayStepShared):
         with np.errstate(all="ignore"):
             loglik_hess = layer.full_loglik_hessian(center)
             loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
-            precision = -(loglik_hess + layer.prior_hessian(center))
-        precision = 0.5 * (precision + precision.T)
-        window_var = _diagonal(moments.covariance())
-        if not (np.all(np.isfinite(precision)) and np.all(window_var > 0)):
+            precision = bulk_precision(loglik_hess, layer.prior_hessian(center), moments)
+        if precision is None:
             return False
-        scale = np.sqrt(window_var)  # floor the curvature in the draws' own units
-        values, vectors = np.linalg.eigh(precision * np.outer(scale, scale))
-        values = np.maximum(values, BULK_CURVATURE_FLOOR)
-        precision = (vectors * values) @ vectors.T / np.outer(scale, scale)
-        precision = 0.5 * (precision + precision.T)
         try:
             laplace = Preconditioner.from_precision(center, precision, self.preconditioner_kind)
         except (np.linalg.LinAlgError, ValueError):
@@ -839,24 +798,12 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_kernel_state()
         return True
 
-    def _mode_distance(self, moments: RunningMoments) -> np.ndarray:
-        """``|window mean - MAP|`` per coordinate in sds, the larger of the window's and the
-        Laplace one (correlated draws understate the window's spread); non-finite as 0."""
-        window_var = _diagonal(moments.covariance())
-        sd = np.sqrt(np.maximum(window_var, _diagonal(self.laplace.covariance())))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            distance = np.abs(moments.mean - self.laplace.center) / sd
-        return np.where(np.isfinite(distance), distance, 0.0)
-
     def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
-        """Whether the MAP lies more than ``MODE_OUTSIDE_BULK_SD`` sds from the window's mean
-        in some coordinate (see ``_mode_distance``): the Laplace fit then describes a region
-        the chain does not visit (e.g. a hierarchical scale whose joint mode is far from its
-        marginal bulk), and neither its shape nor its curvature should set the step."""
-        return bool(np.any(self._mode_distance(moments) > MODE_OUTSIDE_BULK_SD))
+        """:func:`~.windows.mode_outside_bulk` against the current Laplace fit."""
+        return mode_outside_bulk(moments, self.laplace)
 
     def _warn_mode_outside_bulk(self, moments: RunningMoments) -> None:
-        distance = self._mode_distance(moments)
+        distance = mode_distance(moments, self.laplace)
         worst = int(np.argmax(distance))
         warnings.warn(
             f"{type(self).__name__}: the MAP is {distance[worst]:.1f} sds from the tuning "
@@ -927,10 +874,6 @@ def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:
     own = {name: point[name] for name in step.var_names}
     new, stats = step.astep(DictToArrayBijection.map(own))
     return DictToArrayBijection.rmap(new, start_point=point), stats
-
-
-def _diagonal(cov: np.ndarray) -> np.ndarray:
-    return np.diag(cov) if cov.ndim == 2 else cov
 
 
 def check_positive(name: str, value: Any, allow_zero: bool = False) -> None:

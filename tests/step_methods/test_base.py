@@ -332,7 +332,7 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     marks the Laplace fit untrusted (its curvature no longer sets the step)."""
     from pymc_bigdata.adaptation import RunningMoments
     from pymc_bigdata.step_methods import base
-    from pymc_bigdata.step_methods.base import MODE_OUTSIDE_BULK_SD
+    from pymc_bigdata.step_methods.windows import MODE_OUTSIDE_BULK_SD
 
     step = _step(pmb.SGLD, small_logistic)
     rng = np.random.default_rng(0)
