@@ -51,6 +51,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
+from pymc_bigdata.step_methods.start import census_rows, starting_fit
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
 from pymc_bigdata.step_methods.windows import (
     DENSE_HESSIAN_MAX_DIM,
@@ -74,13 +75,6 @@ MEASURE_EVERY = 10
 
 #: most transitions per draw the automatic rule may choose (noise-limited step sizes)
 MAX_INNER_STEPS = 100
-
-#: rows whose influence (control-variate residual size) exceeds this multiple of the mean
-#: are a census stratum, included in every minibatch with weight 1
-CENSUS_FACTOR = 20.0
-
-#: random displacements used to measure row influence
-CENSUS_DIRECTIONS = 4
 
 
 #: Laplace fits kept for configurations of held (discrete) variables; the oldest is dropped
@@ -251,27 +245,9 @@ class SubsamplingStep(ArrayStepShared):
 
     def _set_up_laplace(self, start: np.ndarray | None = None) -> None:
         """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""
-        fit = self.layer.map_estimate(start)
-        self.map_problem = fit.problem
-        if self.map_problem is None:
-            center, precision = fit.theta, fit.hessian
-            anchor = self.layer.map_anchor()
-        else:
-            center = self.layer.initial_theta
-            anchor, precision = self._fallback_anchor(center)
-            warnings.warn(
-                f"{type(self).__name__}: the MAP search did not find a usable mode: "
-                f"{self.map_problem}. The chains start from the model's initial point with a "
-                "diagonal preconditioner from the curvature there, and tuning re-centres the "
-                "control variates and re-estimates the preconditioner from the draws. Use "
-                "more tuning draws, and prefer a non-centred parameterisation for "
-                "hierarchical models (a = mu + tau * z, z ~ Normal(0, 1)).",
-                ModeWarning,
-                stacklevel=3,
-            )
-        kind = self.preconditioner_kind if self.map_problem is None else "diag"
-        self.laplace = Preconditioner.from_precision(center, precision, kind)
-        self.precond = self.laplace
+        fit = starting_fit(self.layer, start, self.preconditioner_kind, type(self).__name__)
+        self.map_problem, anchor = fit.map_problem, fit.anchor
+        self.laplace = self.precond = fit.laplace
         self.anchor: Anchor | None = anchor if self.cv_mode != "none" else None
         has_curvature = self.anchor is not None and self.anchor.loglik_hessian is not None
         if self.cv_mode == "second" and not has_curvature:
@@ -318,17 +294,9 @@ class SubsamplingStep(ArrayStepShared):
 
     def _find_census(self, enabled: bool) -> np.ndarray:
         """Indices of the census stratum (empty when no row stands out)."""
-        layer = self.layer
-        if not enabled or self.batch_size >= layer.n_rows or self.cv_mode == "none":
+        if not enabled or self.batch_size >= self.layer.n_rows or self.cv_mode == "none":
             return np.empty(0, dtype=np.int64)
-        rng = np.random.default_rng(20260611)  # set-up, not sampling: the same for every chain
-        directions = [
-            self.laplace.theta(rng.standard_normal(layer.dim)) - self.laplace.center
-            for _ in range(CENSUS_DIRECTIONS)
-        ]
-        cap = min(self.batch_size // 2, layer.n_rows - self.batch_size)  # the rest must fill n
-        with np.errstate(all="ignore"):
-            return layer.influential_rows(self.anchor.theta, directions, CENSUS_FACTOR, cap)
+        return census_rows(self.layer, self.laplace, self.anchor.theta, self.batch_size)
 
     def _set_up_weights(self) -> None:
         """The weights of a minibatch and of its halves (census rows first, weight 1)."""
@@ -346,23 +314,6 @@ class SubsamplingStep(ArrayStepShared):
         if self._census_rows is None:
             return rows
         return [np.concatenate([c, r]) for c, r in zip(self._census_rows, rows)]
-
-    def _fallback_anchor(self, center: np.ndarray) -> tuple[Anchor, np.ndarray]:
-        """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
-        layer = self.layer
-        if layer.dim <= 2_000:
-            loglik_hess = layer.full_loglik_hessian(center)
-            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
-            diag = -np.diag(loglik_hess + layer.prior_hessian(center))
-            anchor = layer.anchor_at(
-                center, Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
-            )
-        else:
-            diag = -layer.full_loglik_hessian_diagonal(center)
-            anchor = layer.anchor_at(center)
-        diag = np.abs(diag)
-        floor = 1e-8 * max(float(diag.max()), 1.0)
-        return anchor, np.maximum(diag, floor)
 
     # ------------------------------------------------------------------ defaults and checks
     def default_batch_size(self, n_rows: int) -> int:

@@ -1,0 +1,94 @@
+"""Where a step starts: the Laplace fit at the MAP (or, where the MAP search found no usable
+mode, a fallback at the model's initial point), the control variates' anchor there, and the
+census stratum of rows that every minibatch includes."""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_bigdata.errors import ModeWarning
+from pymc_bigdata.layer import Anchor, MinibatchModel
+from pymc_bigdata.step_methods.preconditioner import Preconditioner
+
+__all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "StartingFit", "census_rows", "starting_fit"]
+
+#: rows whose influence (control-variate residual size) exceeds this multiple of the mean
+#: are a census stratum, included in every minibatch with weight 1
+CENSUS_FACTOR = 20.0
+
+#: random displacements used to measure row influence
+CENSUS_DIRECTIONS = 4
+
+#: up to this many parameters the fallback's curvature is the dense full-data Hessian's
+#: diagonal (and the anchor carries it for second order); beyond, a stochastic estimate
+FALLBACK_DENSE_MAX_DIM = 2_000
+
+
+class StartingFit(NamedTuple):
+    """The fit a step starts from: the preconditioner (the Laplace fit, or the fallback's
+    diagonal one), the control-variate anchor, and why the MAP is no mode (None if it is)."""
+
+    laplace: Preconditioner
+    anchor: Anchor
+    map_problem: str | None
+
+
+def starting_fit(
+    layer: MinibatchModel, start: np.ndarray | None, kind: str, name: str
+) -> StartingFit:
+    """The Laplace fit at the (cached) MAP from ``start``; where the MAP is no usable mode,
+    a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``."""
+    fit = layer.map_estimate(start)
+    if fit.problem is None:
+        laplace = Preconditioner.from_precision(fit.theta, fit.hessian, kind)
+        return StartingFit(laplace, layer.map_anchor(), None)
+    center = layer.initial_theta
+    anchor, precision = fallback_anchor(layer, center)
+    warnings.warn(
+        f"{name}: the MAP search did not find a usable mode: {fit.problem}. The chains start "
+        "from the model's initial point with a diagonal preconditioner from the curvature "
+        "there, and tuning re-centres the control variates and re-estimates the "
+        "preconditioner from the draws. Use more tuning draws, and prefer a non-centred "
+        "parameterisation for hierarchical models (a = mu + tau * z, z ~ Normal(0, 1)).",
+        ModeWarning,
+        stacklevel=4,
+    )
+    return StartingFit(
+        Preconditioner.from_precision(center, precision, "diag"), anchor, fit.problem
+    )
+
+
+def fallback_anchor(layer: MinibatchModel, center: np.ndarray) -> tuple[Anchor, np.ndarray]:
+    """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
+    if layer.dim <= FALLBACK_DENSE_MAX_DIM:
+        loglik_hess = layer.full_loglik_hessian(center)
+        loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+        diag = -np.diag(loglik_hess + layer.prior_hessian(center))
+        anchor = layer.anchor_at(
+            center, Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
+        )
+    else:
+        diag = -layer.full_loglik_hessian_diagonal(center)
+        anchor = layer.anchor_at(center)
+    diag = np.abs(diag)
+    floor = 1e-8 * max(float(diag.max()), 1.0)
+    return anchor, np.maximum(diag, floor)
+
+
+def census_rows(
+    layer: MinibatchModel, laplace: Preconditioner, anchor_theta: np.ndarray, batch_size: int
+) -> np.ndarray:
+    """Rows whose control-variate residuals move ``CENSUS_FACTOR`` times more than the mean
+    along ``CENSUS_DIRECTIONS`` typical displacements of the Laplace fit (e.g. the rows of a
+    rare feature or a tiny group); at most ``batch_size // 2`` and ``N - batch_size``."""
+    rng = np.random.default_rng(20260611)  # set-up, not sampling: the same for every chain
+    directions = [
+        laplace.theta(rng.standard_normal(layer.dim)) - laplace.center
+        for _ in range(CENSUS_DIRECTIONS)
+    ]
+    cap = min(batch_size // 2, layer.n_rows - batch_size)  # the rest must fill a minibatch
+    with np.errstate(all="ignore"):
+        return layer.influential_rows(anchor_theta, directions, CENSUS_FACTOR, cap)
