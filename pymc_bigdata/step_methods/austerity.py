@@ -30,6 +30,7 @@ from pymc_bigdata.kernels.austerity import (
     mh_decision,
     random_walk_proposal,
 )
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
@@ -208,12 +209,16 @@ class AusterityMH(SubsamplingStep):
     # ------------------------------------------------------------------ set-up and defaults
     def _check_layer_settings(self) -> None:
         """The proposal's default, and its check against the layer (before the MAP search)."""
-        has_curvature = self.layer.dim <= 2000 and self.cv_mode in ("auto", "second")
+        has_curvature = self.layer.dim <= DENSE_HESSIAN_MAX_DIM and self.cv_mode in (
+            "auto",
+            "second",
+        )
         if self._given_proposal == "langevin" and not has_curvature:
             raise ValueError(
                 "proposal='langevin' drifts along the second-order Taylor model, which needs "
-                f"the dense full-data Hessian (d <= 2000, here d = {self.layer.dim}) and "
-                "control_variates True, 'auto' or 'second'; use proposal='sgld'."
+                f"the dense full-data Hessian (d <= {DENSE_HESSIAN_MAX_DIM}, here d = "
+                f"{self.layer.dim}) and control_variates True, 'auto' or 'second'; use "
+                "proposal='sgld'."
             )
         self.proposal = self._given_proposal or ("langevin" if has_curvature else "sgld")
         dim = self.layer.dim

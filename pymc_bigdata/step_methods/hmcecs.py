@@ -34,6 +34,7 @@ from pymc_bigdata.kernels.hmcecs import (
     propose_products,
 )
 from pymc_bigdata.layer import Anchor
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
@@ -292,10 +293,10 @@ class HMCECS(SubsamplingStep):
                 f"blocks (G = {self._given_blocks}) must be at most the subsample size "
                 f"(m = {size}): each block holds at least one row."
             )
-        if self._given_order == 2 and self.layer.dim > 2000:
+        if self._given_order == 2 and self.layer.dim > DENSE_HESSIAN_MAX_DIM:
             raise ValueError(
                 "taylor_order=2 needs the full-data Hessian B, not computed for d = "
-                f"{self.layer.dim} > 2000 parameters; use taylor_order=1."
+                f"{self.layer.dim} > {DENSE_HESSIAN_MAX_DIM} parameters; use taylor_order=1."
             )
         inputs = self.layer.likelihood_inputs
         if self._given_space == "likelihood_inputs" and not inputs.available:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+
 __all__ = ["Preconditioner"]
 
 #: up to this many parameters the curvature range uses the exact eigenvalues of L^T P L
-EXACT_CURVATURE_MAX_DIM = 2_000
+EXACT_CURVATURE_MAX_DIM = DENSE_HESSIAN_MAX_DIM
 
 
 class Preconditioner:

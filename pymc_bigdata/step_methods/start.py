@@ -11,6 +11,7 @@ import numpy as np
 
 from pymc_bigdata.errors import ModeWarning
 from pymc_bigdata.layer import Anchor, MinibatchModel
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "StartingFit", "census_rows", "starting_fit"]
@@ -21,10 +22,6 @@ CENSUS_FACTOR = 20.0
 
 #: random displacements used to measure row influence
 CENSUS_DIRECTIONS = 4
-
-#: up to this many parameters the fallback's curvature is the dense full-data Hessian's
-#: diagonal (and the anchor carries it for second order); beyond, a stochastic estimate
-FALLBACK_DENSE_MAX_DIM = 2_000
 
 
 class StartingFit(NamedTuple):
@@ -63,7 +60,7 @@ def starting_fit(
 
 def fallback_anchor(layer: MinibatchModel, center: np.ndarray) -> tuple[Anchor, np.ndarray]:
     """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
-    if layer.dim <= FALLBACK_DENSE_MAX_DIM:
+    if layer.dim <= DENSE_HESSIAN_MAX_DIM:  # the Hessian's diagonal, kept for second order
         loglik_hess = layer.full_loglik_hessian(center)
         loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
         diag = -np.diag(loglik_hess + layer.prior_hessian(center))

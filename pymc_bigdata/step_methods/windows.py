@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from pymc_bigdata.adaptation import RunningMoments, blend_covariance, rescale_laplace
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = [
@@ -50,10 +51,9 @@ RECENTRE_SE = 3.0
 MODE_OUTSIDE_BULK_SD = 3.0
 
 #: when it is, the Laplace fit is re-done at the window's mean (the step's
-#: ``_refit_at_bulk``) up to this many parameters (a dense full-data Hessian); the
-#: curvature's eigenvalues, in units of the window's marginal sds, are raised to at least
-#: this (an sd at most 3x the draws')
-DENSE_HESSIAN_MAX_DIM = 2_000
+#: ``_refit_at_bulk``) up to ``DENSE_HESSIAN_MAX_DIM`` parameters (a dense full-data
+#: Hessian); the curvature's eigenvalues, in units of the window's marginal sds, are raised to
+#: at least this (an sd at most 3x the draws')
 BULK_CURVATURE_FLOOR = 1.0 / 9.0
 #: ... and only when the window's mean virial is within this of 1 (a settled chain)
 SETTLED_VIRIAL = 0.5
