@@ -251,7 +251,6 @@ class AusterityMH(SubsamplingStep):
 
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
-        self._precond_seen = self.precond
         self._decisions: list[_Decision] = []
         self._kept_accepts: list[float] = []
         self._kept_clt: list[float] = []
@@ -395,20 +394,6 @@ class AusterityMH(SubsamplingStep):
         return z, True, DrawRecord(self._rows_read)
 
     # ------------------------------------------------------------------ base hooks
-    def _adapt(self, theta: np.ndarray) -> None:
-        """The base's windows; a new preconditioner restarts dual averaging."""
-        super()._adapt(theta)
-        if self.precond is not self._precond_seen:
-            self._precond_seen = self.precond
-            if not self._fixed_step:
-                self._step_policy.restart(self.step_size)
-
-    def _switch_configuration(self) -> None:
-        """Another configuration's Laplace fit: its coordinates suit the same scale, so dual
-        averaging goes on."""
-        super()._switch_configuration()
-        self._precond_seen = self.precond
-
     def _make_step_policy(self) -> DualAveragingStepSize:
         """Dual averaging of the proposal scale to ``target_accept``: it sets the scale at
         each tuning decision (``_transitions``), and its averaged value when tuning stops."""

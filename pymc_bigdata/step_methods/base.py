@@ -29,12 +29,8 @@ from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
-from pymc_bigdata.adaptation import (
-    NOISE_SHARE_BOUND,
-    RunningMoments,
-    window_ends,
-)
-from pymc_bigdata.errors import DivergenceWarning, ModeWarning, StaleDataError
+from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
+from pymc_bigdata.errors import DivergenceWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
@@ -53,15 +49,11 @@ from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.start import census_rows, starting_fit
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
-from pymc_bigdata.step_methods.windows import (
-    DENSE_HESSIAN_MAX_DIM,
-    MIN_TRAVEL,
-    bulk_precision,
-    mode_distance,
-    mode_outside_bulk,
-    recentre_wanted,
-    window_covariance,
-    window_settled,
+from pymc_bigdata.step_methods.tuning import (
+    Geometry,
+    WindowAdaptation,
+    WindowOutcome,
+    step_size_due,
 )
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
@@ -391,25 +383,25 @@ class SubsamplingStep(ArrayStepShared):
         self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
         self.laplace = self._initial_laplace
         self._draw_index = 0
-        self._init_buffer, self._windows, self._terminal_start = window_ends(
-            self._chain_tune if self.adapt else 0
-        )
         if self.layer.held_vars:
-            # each configuration of the held variables keeps its own Laplace fit: the
-            # tuning windows' draws (from several configurations) re-fit nothing
-            self._windows = []
             self._configuration_key = self._initial_key
             self.map_problem = self._configurations[self._initial_key][3]
-        self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
+        self._windows = WindowAdaptation(
+            self.layer,
+            self.preconditioner_kind,
+            type(self).__name__,
+            self._chain_tune if self.adapt else 0,
+            trust_laplace=self.map_problem is None,
+            dense=self.precond.kind == "dense",
+            # each configuration of the held variables keeps its own Laplace fit: the
+            # tuning windows' draws (from several configurations) re-fit nothing
+            refits=not self.layer.held_vars,
+        )
         self._noise = NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
         self._divergence = DivergenceCheck()
         self._stability_watch = StabilityWatch(self.layer.dim) if self.watches_stability else None
-        self._window_seen = False
-        self._trust_laplace = self.map_problem is None
-        self._warned_mode = False
-        self._window_virials: list[float] = []
         self._draw_virial = math.nan
         self._warned_divergence = False
         self.monitor = ChainMonitor(self.layer.dim)
@@ -643,17 +635,37 @@ class SubsamplingStep(ArrayStepShared):
         return bias_warning(message, stacklevel=5)
 
     # ------------------------------------------------------------------ adaptation
-    def _adapt(self, theta: np.ndarray) -> None:
-        """After a tuning draw: collect it, and at a window's end re-fit L and the anchor."""
-        index = self._draw_index
-        if self._windows and index > self._init_buffer:
-            self._moments.add(theta)
-            self._window_virials.append(self._draw_virial)
-        if self._windows and index == self._windows[0]:
-            self._windows.pop(0)
-            self._end_window()
-        if index in (2, 5) or index % 10 == 0 or index == self._terminal_start:
+    def _adapt(self, theta: np.ndarray) -> bool:
+        """After a tuning draw: the windows collect it (:mod:`.tuning`) and, at a window's
+        end, the step applies what they changed; the step size is re-chosen on its schedule.
+        Returns whether a window ended."""
+        index, windows = self._draw_index, self._windows
+        ended = windows.collect(index, theta, self._draw_virial)
+        if ended:
+            geometry = Geometry(self.laplace, self.precond, self.anchor)
+            travel = self.step_size * self.inner_steps
+            outcome = windows.end_window(geometry, self._stability_watch, travel)
+            if outcome is not None:
+                self._apply_window(outcome)
+        if step_size_due(index, windows.terminal_start):
             self._adapt_step_size(final=False)
+        return ended
+
+    def _apply_window(self, outcome: WindowOutcome) -> None:
+        """Take a window's fit, preconditioner and anchor; start afresh what they void."""
+        old_precond = self.precond
+        self.laplace, self.precond, self.anchor = outcome.geometry
+        if outcome.refit:
+            self._noise = NoiseAccumulator(self.layer.dim)
+            if self._stability_watch is not None:
+                self._stability_watch.restart()
+            self._adapt_step_size(final=False)
+        elif outcome.recentred:
+            self._noise.recentred()
+        if self.precond is not old_precond:
+            self._step_policy.new_coordinates(self.step_size)
+        if outcome.restart_kernel:
+            self._reset_kernel_state()
 
     def _watch_stability(self, diverging: bool, virial: float) -> None:
         """Feed the tuning draw to the stability watch (:mod:`.stability`): a changed factor
@@ -671,102 +683,6 @@ class SubsamplingStep(ArrayStepShared):
     def _stability_factor(self) -> float:
         """The watch's factor on the default step size (1 without a watch)."""
         return 1.0 if self._stability_watch is None else self._stability_watch.factor
-
-    def _end_window(self) -> None:
-        moments, virials = self._moments, self._window_virials
-        self._moments = RunningMoments(self.layer.dim, dense=self.precond.kind == "dense")
-        self._window_virials = []
-        if moments.count < 3:
-            return
-        decorrelated = self.step_size * self.inner_steps >= MIN_TRAVEL
-        first_window, lost_trust = not self._window_seen, False
-        self._window_seen = True
-        if self._trust_laplace and self._mode_outside_bulk(moments):
-            if not self._warned_mode:
-                self._warned_mode = True
-                self._warn_mode_outside_bulk(moments)
-            if not window_settled(virials):
-                return  # still travelling (e.g. back from a start's excursion): wait
-            if self._refit_at_bulk(moments):
-                return
-            lost_trust = True
-            self._trust_laplace = False
-        watch = self._stability_watch
-        if (first_window or lost_trust) and watch is not None:
-            watch.forget_failures()
-        unsettled = watch is not None and watch.take_window_failures() > 0
-        if self._trust_laplace and unsettled:
-            # a divergence or a heating block: the window holds an excursion (e.g. beyond a
-            # likelihood wall) whose spread would mislead the scales and the anchor
-            self._reset_kernel_state()
-            return
-        laplace = self.laplace if self._trust_laplace else None
-        cov = window_covariance(moments, self.precond, laplace, decorrelated)
-        try:
-            self.precond = Preconditioner.from_covariance(
-                moments.mean, cov, self.precond.kind, laplace
-            )
-        except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
-            return
-        if self.anchor is not None and recentre_wanted(moments, self.anchor.theta, cov):
-            self.anchor = self.layer.anchor_at(moments.mean, curvature_from=self.anchor)
-            self._noise.recentred()
-        self._reset_kernel_state()
-
-    def _refit_at_bulk(self, moments: RunningMoments) -> bool:
-        """Replace a Laplace fit whose centre lies outside the draws' bulk by one at their
-        mean: the full-data curvature there (eigenvalues below ``BULK_CURVATURE_FLOOR`` of the
-        draws' own precision, non-positive ones included, raised to it), the control-variate
-        anchor (value, gradient and second-order curvature) moved there, and the step size,
-        its failure memory and the gradient-noise measurements (taken in the old coordinates,
-        around the old anchor) started afresh. The tuning windows that follow judge the draws
-        against this fit as they would against the MAP's (and re-fit again if its centre is
-        still outside their bulk). Returns False (nothing changed) without a dense Hessian
-        (d > 2000) or when the window's mean or curvature is not finite."""
-        layer, center = self.layer, moments.mean
-        if layer.dim > DENSE_HESSIAN_MAX_DIM or not np.all(np.isfinite(center)):
-            return False
-        with np.errstate(all="ignore"):
-            loglik_hess = layer.full_loglik_hessian(center)
-            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
-            precision = bulk_precision(loglik_hess, layer.prior_hessian(center), moments)
-        if precision is None:
-            return False
-        try:
-            laplace = Preconditioner.from_precision(center, precision, self.preconditioner_kind)
-        except (np.linalg.LinAlgError, ValueError):
-            return False
-        self.laplace = self.precond = laplace
-        if self.anchor is not None:
-            curvature = None
-            if self.anchor.loglik_hessian is not None:
-                curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)
-            self.anchor = layer.anchor_at(center, curvature_from=curvature)
-        self._noise = NoiseAccumulator(layer.dim)
-        if self._stability_watch is not None:
-            self._stability_watch.restart()
-        self._adapt_step_size(final=False)
-        self._reset_kernel_state()
-        return True
-
-    def _mode_outside_bulk(self, moments: RunningMoments) -> bool:
-        """:func:`~.windows.mode_outside_bulk` against the current Laplace fit."""
-        return mode_outside_bulk(moments, self.laplace)
-
-    def _warn_mode_outside_bulk(self, moments: RunningMoments) -> None:
-        distance = mode_distance(moments, self.laplace)
-        worst = int(np.argmax(distance))
-        warnings.warn(
-            f"{type(self).__name__}: the MAP is {distance[worst]:.1f} sds from the tuning "
-            f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
-            "Laplace fit does not describe this posterior, and tuning re-fits it at the "
-            "draws' mean (or, without a dense Hessian, relies on the draws alone). In "
-            "hierarchical models this is the sign of a parameterisation that does "
-            "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
-            "or a centred one with data-poor groups; the other one samples better.",
-            ModeWarning,
-            stacklevel=2,
-        )
 
     def _make_step_policy(self) -> NoiseLimitedStepSize:
         """The step-size policy this sampler declares (:mod:`.step_size`): noise-limited."""

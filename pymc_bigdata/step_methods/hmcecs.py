@@ -325,12 +325,10 @@ class HMCECS(SubsamplingStep):
         self._subsample: Subsample | None = None
         self._evaluation: Evaluation | None = None
         self._info: HMCECSInfo | None = None
-        self._precond_seen = self.precond
         self._anchor_seen = self.anchor
         self._piloted = False
         self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
         self._window_spread: list[float] = []  # the window's m sigma_hat^2 (or sigma^2)
-        self._anchor_refits = 0
         self._unit_vars: list[float] = []  # perturbed: m sigma_hat^2 per tuning draw
         self._level_draws: list[tuple[float, float]] = []  # signed: (mu_hat, var of d_hat)
         self._signs: list[int] = []
@@ -510,7 +508,8 @@ class HMCECS(SubsamplingStep):
                 self._level_draws.append((evaluation.level, sigma2))
                 self._window_spread.append(sigma2)
         index = self._draw_index + 1
-        last = self._terminal_start if self._terminal_start else self._chain_tune
+        terminal_start = self._windows.terminal_start
+        last = terminal_start if terminal_start else self._chain_tune
         scheduled = index in RETUNE_AT or (index > RETUNE_AT[-1] and index % RETUNE_EVERY == 0)
         if scheduled and index <= last:
             self._choose_space(self._recent_thetas)
@@ -633,28 +632,24 @@ class HMCECS(SubsamplingStep):
             self._subsample = self._evaluation = None
 
     # ------------------------------------------------------------------ base hooks
-    def _adapt(self, theta: np.ndarray) -> None:
-        """The base's windows; then, at a window's end where the control variates are poor
-        (``_poor_control_variates``), the anchor and its curvature move to the window's mean.
-        A new preconditioner restarts dual averaging (new coordinates), a moved anchor the
+    def _adapt(self, theta: np.ndarray) -> bool:
+        """The base's windows (a new preconditioner restarts dual averaging there); then, at
+        a window's end where the control variates are poor (``_poor_control_variates``), the
+        anchor and its curvature move to the window's mean. A moved anchor restarts the
         measurements for ``m`` (the residuals changed)."""
-        windows_left = len(self._windows)
-        if self._windows and self._draw_index > self._init_buffer:
+        if self._windows.collecting(self._draw_index):
             self._window_sum += theta
             self._window_count += 1
-        super()._adapt(theta)
-        if len(self._windows) < windows_left:  # a window ended
+        ended = super()._adapt(theta)
+        if ended:
             if self._poor_control_variates() and self._window_count >= MIN_REFIT_DRAWS:
                 self._refit_anchor(self._window_sum / self._window_count)
             self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
             self._window_spread = []
-        if self.precond is not self._precond_seen:
-            self._precond_seen = self.precond
-            if not self._fixed_step:
-                self._step_policy.restart(self.step_size)
         if self.anchor is not self._anchor_seen:
             self._anchor_seen = self.anchor
             self._unit_vars, self._level_draws = [], []
+        return ended
 
     def _poor_control_variates(self) -> bool:
         """Whether the window's estimates needed more rows than the smallest automatic ``m``
@@ -682,7 +677,6 @@ class HMCECS(SubsamplingStep):
             hessian = 0.5 * (hessian + hessian.T)
             curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, hessian)
         self.anchor = layer.anchor_at(center, curvature_from=curvature)
-        self._anchor_refits += 1
         self._evaluation = None
 
     def _make_step_policy(self) -> DualAveragingStepSize:

@@ -121,6 +121,9 @@ class NoiseLimitedStepSize:
         self.fixed_step, self.fixed_batch = fixed_step, fixed_batch
         self.default_batch, self.pool_size, self.replace = default_batch, pool_size, replace
 
+    def new_coordinates(self, step_size: float) -> None:
+        """The preconditioner changed: nothing to restart (the noise decides)."""
+
     def choose(self, context: StepContext, final: bool) -> StepChoice:
         """Order, batch size and step size from the measured noise (``final`` changes
         nothing: the last choice stands)."""
@@ -197,6 +200,11 @@ class DualAveragingStepSize:
         """Start again from ``step_size`` (new coordinates)."""
         self._state = dual_averaging_init(step_size)
 
+    def new_coordinates(self, step_size: float) -> None:
+        """The preconditioner changed: the acceptance history belongs to the old
+        coordinates, start again from ``step_size``."""
+        self.restart(step_size)
+
     def update(self, accept_prob: float) -> float:
         """One accept decision's probability (0 for a divergence); returns the next step."""
         self._state = dual_averaging_update(self._state, accept_prob, self.target)
@@ -215,6 +223,9 @@ class CurvatureStepSize:
 
     def __init__(self, *, fixed_step: bool):
         self.fixed_step = fixed_step
+
+    def new_coordinates(self, step_size: float) -> None:
+        """The preconditioner changed: the default follows it at the next choice."""
 
     def choose(self, context: StepContext, final: bool) -> StepChoice:
         """The default, unless fixed."""

@@ -331,8 +331,9 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     the window is settled; waits when it is not; and, where no dense Hessian is computed,
     marks the Laplace fit untrusted (its curvature no longer sets the step)."""
     from pymc_bigdata.adaptation import RunningMoments
-    from pymc_bigdata.step_methods import base
-    from pymc_bigdata.step_methods.windows import MODE_OUTSIDE_BULK_SD
+    from pymc_bigdata.step_methods import tuning
+    from pymc_bigdata.step_methods.tuning import Geometry
+    from pymc_bigdata.step_methods.windows import MODE_OUTSIDE_BULK_SD, mode_outside_bulk
 
     step = _step(pmb.SGLD, small_logistic)
     rng = np.random.default_rng(0)
@@ -345,19 +346,28 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
         return moments
 
     for shift, expected in ((0.5, False), (2 * MODE_OUTSIDE_BULK_SD, True)):
-        assert step._mode_outside_bulk(window(shift)) is expected
+        assert mode_outside_bulk(window(shift), step.laplace) is expected
     map_center, map_anchor = step.laplace.center.copy(), step.anchor
+
+    def end_window(moments, virials):
+        """A window of these draws ends; the step applies the outcome."""
+        windows = step._windows
+        windows._moments, windows._virials = moments, virials
+        geometry = Geometry(step.laplace, step.precond, step.anchor)
+        outcome = windows.end_window(geometry, None, step.step_size * step.inner_steps)
+        if outcome is not None:
+            step._apply_window(outcome)
+        return windows
+
     # a window still travelling (mean virial far from 1): nothing changes yet
-    step._moments, step._window_virials = window(2 * MODE_OUTSIDE_BULK_SD), [40.0] * 200
     with pytest.warns(pmb.ModeWarning, match=r"beta\[\d\].*parameterisation"):
-        step._end_window()
-    assert step._trust_laplace and step.anchor is map_anchor
+        windows = end_window(window(2 * MODE_OUTSIDE_BULK_SD), [40.0] * 200)
+    assert windows.trust_laplace and step.anchor is map_anchor
     np.testing.assert_array_equal(step.laplace.center, map_center)
     # a settled one: the fit, the preconditioner and the anchor move to its mean
     moments = window(2 * MODE_OUTSIDE_BULK_SD)
-    step._moments, step._window_virials = moments, [1.0] * 200
-    step._end_window()
-    assert step._trust_laplace and step.precond is step.laplace
+    windows = end_window(moments, [1.0] * 200)
+    assert windows.trust_laplace and step.precond is step.laplace
     np.testing.assert_allclose(step.laplace.center, moments.mean)
     np.testing.assert_allclose(step.anchor.theta, moments.mean)
     np.testing.assert_allclose(step.anchor.curvature_point, moments.mean)
@@ -368,11 +378,10 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     )
     # without a dense Hessian: the draws alone (unit curvature range)
     step._reset_chain_state()
-    monkeypatch.setattr(base, "DENSE_HESSIAN_MAX_DIM", 0)
-    step._moments, step._window_virials = window(2 * MODE_OUTSIDE_BULK_SD), [1.0] * 200
+    monkeypatch.setattr(tuning, "DENSE_HESSIAN_MAX_DIM", 0)
     with pytest.warns(pmb.ModeWarning):
-        step._end_window()
-    assert not step._trust_laplace
+        windows = end_window(window(2 * MODE_OUTSIDE_BULK_SD), [1.0] * 200)
+    assert not windows.trust_laplace
     assert step.precond.curvature_range == (1.0, 1.0)
 
 
