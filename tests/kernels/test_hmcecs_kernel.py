@@ -7,9 +7,15 @@ What each test proves, and the tolerance's origin:
 * (4.3) is the estimator's variance: its mean matches the replicates' empirical variance
   within 5 % (the replicates' own variance error is ~1 % at 20,000);
 * the block-Poisson estimator (5.1) is unbiased for ``L = exp(sum_k l_k)`` on a population
-  where ``L`` is computable (mean of ``L_hat / L`` within 4.5 standard errors of 1), and its
-  sign law matches ``E[sign] = exp(-2 lambda p)`` under normal minibatch estimates;
-* the proposals redraw exactly one block (perturbed) or ``kappa`` products (signed);
+  where ``L`` is computable (mean of ``L_hat / L`` within 4.5 standard errors of 1), and with
+  normal minibatch estimates its signs follow ``E[sign] = exp(-2 lambda p)`` and it stays
+  unbiased where a fifth of the estimates are negative (a wrong sign rule fails both);
+* the proposals redraw exactly one block (perturbed) or ``kappa`` products (signed), chosen
+  uniformly, the rest kept (a proposal that returns its input, or redraws everything, fails);
+* the subsample update (3.5) takes ``u'`` with probability ``min(1, L_hat(u') / L_hat(u))``:
+  per constructed ratio the share of moves is within 4.5 binomial standard errors of it, and
+  a chain of ``u`` alone has its conditional law as invariant law (always accepting, or the
+  inverted ratio, fails both);
 * with an exact likelihood (no subsampling noise) one iteration is plain HMC: the draws of a
   correlated Gaussian match its mean and covariance within 4.5 Monte Carlo standard errors;
 * a non-finite energy is a divergence (rejected, flagged), never a NaN position;
@@ -22,6 +28,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.special import ndtr
 
 from pymc_bigdata.kernels.hmcecs import (
@@ -84,17 +91,45 @@ def test_block_poisson_estimator_unbiased_for_the_likelihood():
     assert se < 0.01  # a precise check, not a vacuous one
 
 
+def _normal_block_poisson(
+    mu: float, sigma: float, products: int, reps: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``reps`` block-Poisson estimates (5.1) by the package's estimator, each from ``X_l ~
+    Pois(1)`` minibatch estimates ``d_hat ~ N(mu, sigma^2)`` per product (one row per
+    minibatch and ``N = 1``, so the estimator's ``d_hat`` is the row itself), with ``a = mu -
+    lambda``: the signs and ``L_hat / L``, ``L = exp(mu)``."""
+    rng = np.random.default_rng(seed)
+    lower = mu - products
+    signs, ratios = np.empty(reps), np.empty(reps)
+    for r in range(reps):
+        count = int(rng.poisson(1.0, size=products).sum())
+        log_abs, sign = block_poisson_log_abs(
+            0.0, rng.normal(mu, sigma, size=count), 1, 1, products, lower
+        )
+        signs[r] = sign
+        ratios[r] = sign * math.exp(log_abs - mu)
+    return signs, ratios
+
+
 def test_block_poisson_sign_law():
-    """With normal minibatch estimates and a = mu - lambda, E[sign] = exp(-2 lambda Phi(-lambda /
-    sigma)): the derivation behind the automatic lambda."""
-    rng = np.random.default_rng(5)
-    mu, sigma, lam, reps = 3.0, 2.5, 3, 200_000
-    a = mu - lam
-    counts = rng.poisson(1.0, size=(reps, lam)).sum(axis=1)
-    negatives = np.array([np.count_nonzero(rng.normal(mu, sigma, size=c) < a) for c in counts])
-    signs = np.where(negatives % 2, -1.0, 1.0)
-    expected = math.exp(-2 * lam * ndtr(-lam / sigma))
-    assert signs.mean() == pytest.approx(expected, abs=4.5 * signs.std() / math.sqrt(reps))
+    """The package's estimator: with normal minibatch estimates and a = mu - lambda, E[sign] =
+    exp(-2 lambda Phi(-lambda / sigma)) (the derivation behind the automatic lambda), and at
+    settings where a fifth of the estimates are negative E[L_hat / L] = 1.
+
+    Catches a wrong sign rule: ``-1`` whenever any factor is negative gives E[sign] = 0.42
+    against 0.50 here (22 standard errors), and its L_hat is biased; the sign of the count of
+    positive factors, or a flipped sign, fail as well."""
+    mu, sigma, lam, reps = 3.0, 2.5, 3, 50_000
+    signs, ratios = _normal_block_poisson(mu, sigma, lam, reps, seed=5)
+    p = ndtr(-lam / sigma)
+    expected = math.exp(-2 * lam * p)
+    sign_sd = math.sqrt(1.0 - expected**2)
+    assert signs.mean() == pytest.approx(expected, abs=4.5 * sign_sd / math.sqrt(reps))
+    assert 0.2 < (signs < 0).mean() < 0.3  # a quarter negative: the sign rule matters
+    # L_hat / L is a product of Pois(lambda) factors N(1, (sigma / lambda)^2): its variance
+    # is E[(1 + sigma^2 / lambda^2)^X] - 1 = exp(sigma^2 / lambda) - 1
+    ratio_sd = math.sqrt(math.expm1(sigma**2 / lam))
+    assert ratios.mean() == pytest.approx(1.0, abs=4.5 * ratio_sd / math.sqrt(reps))
 
 
 def test_block_poisson_settings_rule():
@@ -108,40 +143,160 @@ def test_block_poisson_settings_rule():
     assert lam_cap == 600 and a_cap == 5.0 - 600
 
 
-def _take(data):
-    return lambda idx: [data[idx], data[idx] * 2]
+#: row indices are drawn from this many rows, so two draws never coincide (in 2**40): a
+#: redrawn block or product differs from the old one in every index
+HUGE = 2**40
+
+
+def _take_index(idx: np.ndarray) -> list[np.ndarray]:
+    """Two row arrays that are functions of the index (to check that rows follow indices)."""
+    return [idx.astype(np.float64), 2.0 * idx]
 
 
 def test_propose_block_redraws_one_block():
-    data = np.arange(1000.0)
+    """``u'`` redraws exactly one of the G blocks, chosen uniformly (chi-square over 2,000
+    proposals), with fresh uniform rows (their mean within 4.5 standard errors of N / 2), the
+    other blocks and ``u`` itself untouched, the rows following the indices.
+
+    Catches a proposal that returns ``u`` (no block changes), one that redraws every block or
+    always the same one, and rows that do not follow the redrawn indices."""
     rng = np.random.default_rng(6)
-    u = draw_block_subsample(1000, 100, 10, _take(data), rng)
-    new = propose_block(u, 1000, _take(data), rng)
-    changed = new.indices != u.indices
-    blocks = [slice(u.bounds[b], u.bounds[b + 1]) for b in range(10)]
-    assert sum(np.any(changed[s]) for s in blocks) == 1
-    assert np.array_equal(new.rows[0], data[new.indices])  # rows follow the indices
-    assert np.array_equal(u.rows[0], data[u.indices])  # the current u is untouched
+    blocks, proposals = 10, 2_000
+    u = draw_block_subsample(HUGE, 100, blocks, _take_index, rng)
+    before = u.indices.copy()
+    slices = [slice(u.bounds[b], u.bounds[b + 1]) for b in range(blocks)]
+    chosen, fresh = np.zeros(blocks, dtype=np.int64), []
+    for _ in range(proposals):
+        new = propose_block(u, HUGE, _take_index, rng)
+        changed = [np.all(new.indices[s] != u.indices[s]) for s in slices]
+        kept = [np.array_equal(new.indices[s], u.indices[s]) for s in slices]
+        assert sum(changed) == 1 and sum(kept) == blocks - 1
+        block = changed.index(True)
+        chosen[block] += 1
+        fresh.append(new.indices[slices[block]])
+        assert np.array_equal(new.rows[0], new.indices.astype(np.float64))
+        assert np.array_equal(new.rows[1], 2.0 * new.indices)
+        assert np.array_equal(new.bounds, u.bounds)
+    assert np.array_equal(u.indices, before) and np.array_equal(u.rows[0], before)
+    assert stats.chisquare(chosen).pvalue > 1e-3
+    fresh_share = np.concatenate(fresh) / HUGE
+    se = math.sqrt(1.0 / 12.0 / len(fresh_share))
+    assert abs(fresh_share.mean() - 0.5) < 4.5 * se
+
+
+def test_draw_poisson_subsample_layout():
+    """A fresh signed ``u``: ``X_l ~ Pois(1)`` minibatches per product (the counts' mean within
+    4.5 standard errors of 1 over 2,000 products), ``m`` rows each, laid out in order."""
+    rng = np.random.default_rng(8)
+    u = draw_poisson_subsample(HUGE, 4, 2_000, _take_index, rng)
+    assert u.minibatch == 4 and len(u.counts) == 2_000
+    assert len(u.indices) == u.counts.sum() * 4
+    assert np.array_equal(u.rows[0], u.indices.astype(np.float64))
+    assert abs(u.counts.mean() - 1.0) < 4.5 / math.sqrt(2_000)
 
 
 def test_propose_products_redraws_kappa_products():
-    data = np.arange(1000.0)
+    """``u'`` redraws exactly ``kappa`` of the ``lambda`` products (each chosen with frequency
+    ``kappa / lambda``, within 4.5 binomial standard errors), with ``Pois(1)`` counts (their
+    mean within 4.5 standard errors of 1) and fresh rows, and keeps the others' rows in place.
+    Every product of ``u`` holds at least one minibatch, so a redrawn one always differs.
+
+    Catches a proposal that returns ``u`` (nothing redrawn), one that redraws every product,
+    and a layout that misplaces the kept products' rows."""
     rng = np.random.default_rng(7)
-    u = draw_poisson_subsample(1000, 4, 20, _take(data), rng)
-    new = propose_products(u, 1000, 2, _take(data), rng)
-    assert len(new.indices) == new.counts.sum() * 4
-    assert np.count_nonzero(new.counts != u.counts) <= 2
-    assert np.array_equal(new.rows[1], 2 * data[new.indices])
-    kept = np.flatnonzero(new.counts == u.counts)
-    old_start = np.concatenate([[0], np.cumsum(u.counts)]) * 4
-    new_start = np.concatenate([[0], np.cumsum(new.counts)]) * 4
-    same = [
-        np.array_equal(
-            u.indices[old_start[p] : old_start[p + 1]], new.indices[new_start[p] : new_start[p + 1]]
-        )
-        for p in kept
-    ]
-    assert sum(same) >= len(kept) - 2  # all but the (at most two) redrawn ones are kept
+    products, kappa, m, proposals = 20, 3, 4, 2_000
+    counts = rng.integers(1, 4, size=products)
+    indices = rng.integers(HUGE, size=int(counts.sum()) * m)
+    u = Subsample(indices, tuple(_take_index(indices)), counts=counts, minibatch=m)
+    old_start = np.concatenate([[0], np.cumsum(counts)]) * m
+    redrawn = np.zeros(products, dtype=np.int64)
+    new_counts = []
+    for _ in range(proposals):
+        new = propose_products(u, HUGE, kappa, _take_index, rng)
+        assert len(new.indices) == new.counts.sum() * m and new.minibatch == m
+        assert np.array_equal(new.rows[0], new.indices.astype(np.float64))
+        assert np.array_equal(new.rows[1], 2.0 * new.indices)
+        new_start = np.concatenate([[0], np.cumsum(new.counts)]) * m
+        for p in range(products):
+            old = u.indices[old_start[p] : old_start[p + 1]]
+            here = new.indices[new_start[p] : new_start[p + 1]]
+            if np.array_equal(old, here):
+                continue
+            assert not np.isin(here, u.indices).any()  # fresh rows, not reshuffled ones
+            redrawn[p] += 1
+            new_counts.append(new.counts[p])
+        assert redrawn.sum() == kappa * (_ + 1)
+    share = kappa / products
+    band = 4.5 * math.sqrt(share * (1 - share) / proposals)
+    assert np.all(np.abs(redrawn / proposals - share) < band)
+    assert abs(np.mean(new_counts) - 1.0) < 4.5 / math.sqrt(len(new_counts))  # Pois(1): sd 1
+    assert np.array_equal(u.indices, indices) and np.array_equal(u.counts, counts)
+
+
+def _discrete_target(log_weights: np.ndarray):
+    """Subsamples ``u_k`` labelled by ``k`` and an ``evaluate`` whose log |L_hat| at ``u_k`` is
+    ``log_weights[k]`` (flat in ``z``: the leapfrog never moves the energy)."""
+    states = [Subsample(np.array([k]), (np.zeros(1),)) for k in range(len(log_weights))]
+
+    def evaluate(z: np.ndarray, u: Subsample) -> Evaluation:
+        return Evaluation(float(log_weights[u.indices[0]]), np.zeros_like(z), 0.0, 1, 0.0)
+
+    return states, evaluate
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.6, 4.0])
+def test_subsample_update_accepts_with_the_exact_ratio(ratio: float):
+    """(3.5) on constructed evaluations: ``L_hat(u') / L_hat(u)`` is ``ratio``; over 4,000
+    independent updates from ``u`` the share that take ``u'`` is ``min(1, ratio)`` within 4.5
+    binomial standard errors, and ``subsample_accept`` is that probability exactly.
+
+    Catches an update that always accepts (share 1 at ratio 0.25), an inverted ratio (share
+    1 at 0.25, 0.25 at 4), and one that reports the ratio without acting on it."""
+    states, evaluate = _discrete_target(np.log([1.0, ratio]))
+    z = np.zeros(1)
+    start = HMCECSState(z, states[0], evaluate(z, states[0]))
+    rng = np.random.default_rng(11)
+    trials, moved = 4_000, 0
+    for _ in range(trials):
+        new, info = hmcecs_step(start, evaluate, lambda u, r: states[1], 0.1, 1, rng)
+        assert info.subsample_accept == pytest.approx(min(1.0, ratio), rel=1e-12)
+        assert new.subsample is states[0] or new.subsample is states[1]
+        assert new.evaluation.logp == evaluate(z, new.subsample).logp
+        moved += new.subsample is states[1]
+    p = min(1.0, ratio)
+    assert abs(moved / trials - p) <= 4.5 * math.sqrt(p * (1 - p) / trials)
+
+
+def test_subsample_chain_has_its_conditional_law():
+    """Given theta, ``u`` alone is a Metropolis chain whose invariant law is ``L_hat(theta;
+    u) p_U(u)`` normalised (3.3): on three subsamples with ``L_hat`` in ratio 1 : 2 : 5 and a
+    symmetric proposal, the chain's frequencies match 1/8, 2/8, 5/8 within 4.5 batch-means
+    standard errors (30,000 updates).
+
+    Catches an update that always accepts (frequencies 1/3 each) and an inverted ratio
+    (``1 / L_hat``: 10/17, 5/17, 2/17)."""
+    weights = np.array([1.0, 2.0, 5.0])
+    states, evaluate = _discrete_target(np.log(weights))
+
+    def propose(u: Subsample, rng: np.random.Generator) -> Subsample:
+        return states[(u.indices[0] + 1 + rng.integers(2)) % 3]  # one of the other two
+
+    rng = np.random.default_rng(12)
+    z = np.zeros(1)
+    state = HMCECSState(z, states[0], evaluate(z, states[0]))
+    labels = np.empty(30_000, dtype=np.int64)
+    for i in range(len(labels)):
+        state, _ = hmcecs_step(state, evaluate, propose, 0.1, 1, rng)
+        labels[i] = state.subsample.indices[0]
+    indicators = labels[:, None] == np.arange(3)[None, :]
+    batch_means = indicators.reshape(100, 300, 3).mean(axis=1)  # batches of 300 >> mixing time
+    se = batch_means.std(axis=0, ddof=1) / math.sqrt(len(batch_means))
+    expected = weights / weights.sum()
+    assert np.all(np.abs(indicators.mean(axis=0) - expected) <= 4.5 * se), (
+        indicators.mean(axis=0),
+        expected,
+        se,
+    )
 
 
 def _gaussian_evaluate(precision):
