@@ -40,15 +40,95 @@ def test_epsilon_zero_is_exact_mh_decision_by_decision():
         assert result.mean == pytest.approx(population.mean())
 
 
+class _Recorder:
+    """``next_differences`` over a random permutation of ``population`` that keeps every
+    minibatch it hands out."""
+
+    def __init__(self, population: np.ndarray, rng: np.random.Generator):
+        self.next = _permuted(population, rng)
+        self.batches: list[np.ndarray] = []
+
+    def __call__(self, k: int) -> np.ndarray:
+        batch = self.next(k)
+        self.batches.append(batch)
+        return batch
+
+
+def _t_tail(rows: np.ndarray, mu0: float, n_rows: int) -> float:
+    """Eqs. 3-4 written out: ``delta = 1 - Phi_{n-1}(|l_bar - mu_0| / s)``, ``s = (s_l /
+    sqrt(n)) sqrt(1 - (n - 1) / (N - 1))``, with the Student-t law of ``n - 1`` degrees of
+    freedom (scipy's)."""
+    n = len(rows)
+    s = rows.std(ddof=1) / np.sqrt(n) * np.sqrt(1.0 - (n - 1) / (n_rows - 1))
+    return float(stats.t(df=n - 1).sf(abs(rows.mean() - mu0) / s))
+
+
 def test_confident_decisions_stop_early_and_agree():
     """A threshold far from the mean (in standard errors of one minibatch) is decided from
-    the first minibatches, and correctly; one at the mean needs every row."""
+    the first minibatches, and correctly; one at the mean needs every row. The stop is the
+    first look whose p-value, recomputed from the rows read (Eqs. 3-4 and scipy's Student-t
+    with n - 1 degrees of freedom), is below epsilon, and the reported ``delta`` is that
+    p-value.
+
+    Catches a test that reads the normal tail, or the wrong degrees of freedom (``delta``
+    differs from the recomputed one), and one that stops at the wrong look."""
     rng = np.random.default_rng(1)
     population = rng.standard_normal(10_000) + 0.5
+    for mu0 in (0.0, 0.4, 0.45):
+        record = _Recorder(population, rng)
+        far = sequential_test(mu0, record, 10_000, 100, 0.05)
+        rows = np.concatenate(record.batches)
+        assert far.rows == len(rows) and far.batches == len(record.batches)
+        assert far.accept == (rows.mean() > mu0) and far.mean == pytest.approx(rows.mean())
+        assert far.delta == pytest.approx(_t_tail(rows, mu0, 10_000), rel=1e-9)
+        assert far.delta < 0.05
+        looks = [_t_tail(rows[:n], mu0, 10_000) for n in range(100, far.rows, 100)]
+        assert all(p >= 0.05 for p in looks)  # no earlier look was confident
+    assert far.rows > 100  # the last threshold needed more than one look: the loop is tested
     far = sequential_test(0.0, _permuted(population, rng), 10_000, 100, 0.05)
-    assert far.accept and far.rows <= 200 and far.delta < 0.05
+    assert far.accept and far.rows <= 200
     at_mean = sequential_test(population.mean(), _permuted(population, rng), 10_000, 100, 0.05)
     assert at_mean.rows >= 1_000  # no confident decision until much of the data is in
+
+
+class _SecondLook(Exception):
+    """Raised by :class:`_OneLook` when the test asks for a second minibatch."""
+
+
+class _OneLook:
+    """``next_differences`` of normal differences ``N(mean, sd^2)`` that allows one look."""
+
+    def __init__(self, mean: float, sd: float, rng: np.random.Generator):
+        self.mean, self.sd, self.rng, self.calls = mean, sd, rng, 0
+
+    def __call__(self, k: int) -> np.ndarray:
+        self.calls += 1
+        if self.calls > 1:
+            raise _SecondLook
+        return self.rng.normal(self.mean, self.sd, size=k)
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1])
+def test_first_look_stops_at_level_two_epsilon(epsilon: float):
+    """Under the null (normal differences whose mean is ``mu_0``, a population so large that
+    the finite-population correction is 1), the first look at ``m = 3`` rows stops with
+    probability ``P(|t_2| > t_{2, 1 - epsilon}) = 2 epsilon`` exactly: the share of 20,000
+    tests that stop there is within 4.5 binomial standard errors of it.
+
+    Small minibatches make the degrees of freedom matter: the normal tail instead of Student-t
+    with ``n - 1`` df stops 15 % of the time at epsilon = 0.01 (``2 P(t_2 > 2.33)``) and 33 %
+    at 0.1, ``n`` df instead of ``n - 1`` 4.5 % and 24 % (25 and 15 standard errors away),
+    and a level that ignores epsilon fails one of the two."""
+    rng = np.random.default_rng(7)
+    mu0, trials, stopped = 0.3, 20_000, 0
+    for _ in range(trials):
+        try:
+            sequential_test(mu0, _OneLook(mu0, 2.0, rng), 10**12, 3, epsilon)
+        except _SecondLook:
+            continue
+        stopped += 1
+    p = 2 * epsilon
+    assert abs(stopped / trials - p) <= 4.5 * np.sqrt(p * (1 - p) / trials)
 
 
 def test_wrong_decisions_stay_near_epsilon():
