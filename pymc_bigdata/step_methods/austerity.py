@@ -32,6 +32,7 @@ from pymc_bigdata.kernels.austerity import (
 )
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.rows import LazyPermutation
+from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
@@ -52,14 +53,6 @@ LANGEVIN_TARGET = 0.574
 RW_DECISIONS_PER_DIM = 3.0
 LANGEVIN_DECISIONS = 1.5
 
-#: after tuning, a mean acceptance below this means the chain hardly moves
-STICKY_ACCEPT = 0.05
-
-#: a tuned proposal scale below this fraction of its optimum on a Gaussian (``default_step``)
-#: means the preconditioner does not describe the posterior: the chain crawls (on the
-#: non-centred hierarchical hard target the scale fell to 0.13 of it, and the draws stayed
-#: 4.5 sds off; on the seven other hard targets it stayed at 0.65 or above)
-COLLAPSED_SCALE = 0.25
 
 PROPOSALS = ("rw", "langevin", "sgld")
 TESTS = ("residuals", "plain")
@@ -252,9 +245,6 @@ class AusterityMH(SubsamplingStep):
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
         self._decisions: list[_Decision] = []
-        self._kept_accepts: list[float] = []
-        self._kept_clt: list[float] = []
-        self._nonfinite_seen = 0
 
     def _reset_kernel_state(self) -> None:
         """Forget the cached known terms (the coordinates or the anchor moved)."""
@@ -391,6 +381,7 @@ class AusterityMH(SubsamplingStep):
             if self.tune and self.adapt and not self._fixed_step:
                 self.step_size = self._step_policy.update(float(decision.accepted))
         self._decisions = decisions
+        self._decision_alarm.record(decisions, kept=not self.tune)
         return z, True, DrawRecord(self._rows_read)
 
     # ------------------------------------------------------------------ base hooks
@@ -409,10 +400,6 @@ class AusterityMH(SubsamplingStep):
         accept_rate = sum(d.accepted for d in decisions) / count
         clt = float(np.mean(early)) if early else math.nan
         nonfinite = sum(not d.finite for d in decisions)
-        self._nonfinite_seen += nonfinite
-        if not self.tune and decisions:
-            self._kept_accepts.append(accept_rate)
-            self._kept_clt.extend(e for e in early if math.isfinite(e))
         return {
             "accepted": bool(decisions[-1].accepted) if decisions else False,
             "accept_rate": accept_rate,
@@ -426,42 +413,11 @@ class AusterityMH(SubsamplingStep):
             "nonfinite": nonfinite,
         }
 
-    def _end_of_chain_check(self):
-        """Alarms of the decisions themselves: a chain that hardly moves, and a test whose
-        normal approximation is off by more than ``epsilon`` for the skewness seen."""
-        if self._draw_index != self._chain_tune + self._chain_draws:
-            return None
-        name, problems = type(self).__name__, []
-        if self._kept_accepts and np.mean(self._kept_accepts) < STICKY_ACCEPT:
-            problems.append(
-                f"{name}: the proposals were accepted {np.mean(self._kept_accepts):.1%} of the "
-                "time after tuning: the chain hardly moves. Tune longer or give a smaller "
-                "step_size."
-            )
-        if not self._fixed_step and self.step_size < COLLAPSED_SCALE * self.default_step():
-            problems.append(
-                f"{name}: tuning shrank the proposal scale to {self.step_size:.3g}, "
-                f"{self.step_size / self.default_step():.0%} of its optimum on a Gaussian: the "
-                "preconditioner (from the Laplace fit and the tuning draws) does not describe "
-                "this posterior and the chain crawls, so its draws may be far from the "
-                "target. Tune longer, or reparameterise (e.g. a hierarchical model's other "
-                "parameterisation)."
-            )
-        if self.epsilon > 0 and self._kept_clt and np.mean(self._kept_clt) > self.epsilon:
-            problems.append(
-                f"{name}: the differences' skewness puts the t-test's error probability "
-                f"about {np.mean(self._kept_clt):.2g} off its nominal level (epsilon "
-                f"{self.epsilon:g}): {self.off_target_consequence} Raise batch_size, use "
-                "control variates, or lower epsilon."
-            )
-        if self.epsilon > 0 and self._nonfinite_seen:
-            problems.append(
-                f"{name}: {self._nonfinite_seen} proposals met rows whose log-likelihood was "
-                "not finite there (e.g. a bound of the likelihood's support that depends on a "
-                "parameter). A test that stops early reads only some rows and can accept a "
-                "proposal that such an unread row rules out: use epsilon=0 for this model, or "
-                "check the draws against the support."
-            )
-        if not problems:
-            return None
-        return self._raise_bias_warning(" ".join(problems))
+    def _make_alarms(self) -> list[AusterityAlarm]:
+        """A sticky chain, a collapsed scale, a skewed test, rows not finite."""
+        scales = None if self._fixed_step else (lambda: (self.step_size, self.default_step()))
+        alarm = AusterityAlarm(
+            epsilon=self.epsilon, consequence=self.off_target_consequence, scales=scales
+        )
+        self._decision_alarm = alarm
+        return [alarm]

@@ -33,6 +33,7 @@ from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
 from pymc_bigdata.errors import DivergenceWarning, StaleDataError
 from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.rows import check_batch_size
+from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 from pymc_bigdata.step_methods.divergence import (
     LOGP_DROP_DIVERGENCE,
@@ -405,6 +406,7 @@ class SubsamplingStep(ArrayStepShared):
         self._draw_virial = math.nan
         self._warned_divergence = False
         self.monitor = ChainMonitor(self.layer.dim)
+        self._alarms = self._make_alarms()
         self._step_policy = self._make_step_policy()
         self._reset_kernel_state()
 
@@ -485,6 +487,7 @@ class SubsamplingStep(ArrayStepShared):
                 self._divergence.track.add(lp)
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, virial, diverging, rows_read)
+        self._watch_draw(stats)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._draw_virial = stats["virial"]
@@ -547,8 +550,6 @@ class SubsamplingStep(ArrayStepShared):
         self, lp: float, virial: float, diverging: bool, rows_read: int
     ) -> dict[str, Any]:
         share, noise_var = self._current_noise()
-        if not self.tune:
-            self.monitor.add(virial, share, self._kinetic_temperature())
         stats = {
             "step_size": self.step_size,
             "lp_est": lp,
@@ -565,6 +566,20 @@ class SubsamplingStep(ArrayStepShared):
         }
         stats.update(self._extra_stats())
         return stats
+
+    def _watch_draw(self, stats: dict[str, Any]) -> None:
+        """Hand the draw's stats to the collaborators that watch them: the step-size policy
+        in tuning, the chain monitor and the sampler's alarms after it."""
+        if self.tune:
+            self._step_policy.observe(stats)
+            return
+        self.monitor.add(stats["virial"], stats["noise_share"], self._kinetic_temperature())
+        for alarm in self._alarms:
+            alarm.observe(stats)
+
+    def _make_alarms(self) -> list[ChainAlarm]:
+        """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
+        return []
 
     def _current_noise(self) -> tuple[float, np.ndarray]:
         noise_var = self._noise_variance(self.cv_order)
@@ -623,12 +638,14 @@ class SubsamplingStep(ArrayStepShared):
     def _end_of_chain_check(self) -> SamplerWarning | None:
         if self._draw_index != self._chain_tune + self._chain_draws:
             return None
-        message = self.monitor.verdict(
-            type(self).__name__, self.noise_bound, self.off_target_consequence
-        )
-        if message is None:
+        name = type(self).__name__
+        verdict = self.monitor.verdict(name, self.noise_bound, self.off_target_consequence)
+        problems = [] if verdict is None else [verdict]
+        for alarm in self._alarms:
+            problems += alarm.problems(name)
+        if not problems:
             return None
-        return self._raise_bias_warning(message)
+        return self._raise_bias_warning(" ".join(problems))
 
     def _raise_bias_warning(self, message: str) -> SamplerWarning:
         """Warn now, and hand PyMC the same message for its end-of-sampling report."""

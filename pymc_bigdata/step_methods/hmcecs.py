@@ -35,6 +35,7 @@ from pymc_bigdata.kernels.hmcecs import (
 )
 from pymc_bigdata.layer import Anchor
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.step_methods.alarms import HMCECSAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
@@ -72,16 +73,6 @@ MIN_REFIT_DRAWS = 20
 #: tuning draws after which ``m`` (or ``lambda``, ``a``) is re-chosen, then every this many
 RETUNE_AT = (10, 25, 50)
 RETUNE_EVERY = 50
-
-#: the fraction of negative signs above which the sign-corrected estimates are unreliable
-#: (each one costs ``(2 tau - 1)^2`` of the effective sample size: 0.64 at 10 %)
-NEGATIVE_SIGN_ALARM = 0.1
-
-#: after tuning, a mean sigma_hat^2 above this multiple of the target is reported
-LOGLIK_VAR_ALARM = 3.0
-
-#: a mean subsample acceptance below this means u rarely moves (a stuck pseudo-marginal)
-SUBSAMPLE_ACCEPT_ALARM = 0.5
 
 
 class HMCECS(SubsamplingStep):
@@ -331,10 +322,6 @@ class HMCECS(SubsamplingStep):
         self._window_spread: list[float] = []  # the window's m sigma_hat^2 (or sigma^2)
         self._unit_vars: list[float] = []  # perturbed: m sigma_hat^2 per tuning draw
         self._level_draws: list[tuple[float, float]] = []  # signed: (mu_hat, var of d_hat)
-        self._signs: list[int] = []
-        self._subsample_accepts: list[float] = []
-        self._loglik_vars: list[float] = []
-        self._truncated_draws = 0
         self.inner_steps = self._n_steps()
         self.taylor_space = "parameters" if self._given_space == "auto" else self._given_space
         self._recent_thetas: list[np.ndarray] = []  # tuning draws the space is chosen from
@@ -689,7 +676,7 @@ class HMCECS(SubsamplingStep):
     def _extra_stats(self) -> dict[str, Any]:
         info, evaluation = self._info, self._evaluation
         signed = self.estimator == "signed"
-        stats = {
+        return {
             "accept_prob": info.accept_prob if info else math.nan,
             "accepted": bool(info.accepted) if info else False,
             "subsample_accept": info.subsample_accept if info else math.nan,
@@ -704,61 +691,17 @@ class HMCECS(SubsamplingStep):
             "taylor_inputs": self.taylor_space == "likelihood_inputs",
             "trajectory_truncated": self.inner_steps < self._wanted_steps(),
         }
-        if not self.tune and info is not None:
-            self._signs.append(stats["sign"])
-            self._subsample_accepts.append(info.subsample_accept)
-            self._loglik_vars.append(stats["loglik_var"])
-            self._truncated_draws += stats["trajectory_truncated"]
-        return stats
 
-    def _end_of_chain_check(self):
-        """The base's alarms, plus HMC-ECS's own: many negative signs (signed), a large mean
-        ``sigma_hat^2`` (perturbed: a larger perturbation), a subsample that rarely moves."""
-        if self._draw_index != self._chain_tune + self._chain_draws:
-            return None
-        problems = []
-        base = self.monitor.verdict(type(self).__name__, self.noise_bound)
-        if base is not None:
-            problems.append(base)
-        problems += self._own_problems()
-        if not problems:
-            return None
-        return self._raise_bias_warning(" ".join(problems))
-
-    def _own_problems(self) -> list[str]:
-        name, problems = type(self).__name__, []
-        signs = np.array(self._signs)
-        if signs.size and np.mean(signs < 0) > NEGATIVE_SIGN_ALARM:
-            problems.append(
-                f"{name}: {np.mean(signs < 0):.0%} of this chain's likelihood estimates are "
-                "negative: the sign-corrected estimates (pmb.sign_weights) lose "
-                f"{1 - np.mean(signs) ** 2:.0%} of their effective sample size and may be "
-                "unreliable. Raise products (lambda) or use better control variates."
+    def _make_alarms(self) -> list[HMCECSAlarm]:
+        """Negative signs, a large sigma_hat^2, truncated trajectories, a sticky subsample."""
+        return [
+            HMCECSAlarm(
+                signed=self.estimator == "signed",
+                loglik_var_target=self.loglik_var_target,
+                trajectory_length=self.trajectory_length,
+                max_leapfrog=MAX_LEAPFROG,
             )
-        loglik_var = np.array(self._loglik_vars)
-        loglik_var = loglik_var[np.isfinite(loglik_var)]
-        limit = LOGLIK_VAR_ALARM * self.loglik_var_target
-        if self.estimator == "perturbed" and loglik_var.size and np.mean(loglik_var) > limit:
-            problems.append(
-                f"{name}: the log-likelihood estimator's variance averaged "
-                f"{np.mean(loglik_var):.3g} (target {self.loglik_var_target:g}): the "
-                "perturbed posterior may be off. Raise subsample_size or tune longer."
-            )
-        if self._truncated_draws:
-            problems.append(
-                f"{name}: {self._truncated_draws} draws ran {MAX_LEAPFROG} leapfrog steps, "
-                f"short of trajectory_length {self.trajectory_length:g} at step size "
-                f"{self.step_size:.3g} (sample stat 'trajectory_truncated'): the chain mixes "
-                "more slowly than asked. Check the preconditioner (a tiny step size means "
-                "it does not fit the posterior) or lower trajectory_length."
-            )
-        accepts = np.array(self._subsample_accepts)
-        if accepts.size and np.mean(accepts) < SUBSAMPLE_ACCEPT_ALARM:
-            problems.append(
-                f"{name}: the subsample update accepted {np.mean(accepts):.0%} on average: "
-                "the pseudo-marginal chain is sticky. Raise subsample_size or blocks."
-            )
-        return problems
+        ]
 
 
 def _check_count(name: str, value: int | None) -> int | None:

@@ -19,6 +19,7 @@ from pymc_bigdata.kernels.sbps import (
     sbps_advance,
     sbps_init,
 )
+from pymc_bigdata.step_methods.alarms import SBPSAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.step_size import CurvatureStepSize, StepChoice, StepContext
@@ -50,17 +51,6 @@ K_GROWTH = 1.3
 K_MAX = 10.0
 VIOLATION_TARGET = 0.005
 K_MIN_PROPOSALS = 200
-
-#: a chain's bound violations count as "far above" the regression's prediction ``E`` beyond
-#: ``VIOLATION_FACTOR * E + VIOLATION_Z * sqrt(E) + VIOLATION_SLACK`` (a Poisson tail, widened
-#: because the prediction assumes a linear G along each segment)
-VIOLATION_FACTOR = 3.0
-VIOLATION_Z = 4.0
-VIOLATION_SLACK = 5.0
-#: ... or above this share of the proposals whatever the prediction (a small k predicts its
-#: own violations; with the default k = 3 the share measured on the test and benchmark
-#: targets was 0.04-0.3 %)
-VIOLATION_SHARE = 0.01
 
 
 class SBPS(SubsamplingStep):
@@ -230,9 +220,6 @@ class SBPS(SubsamplingStep):
 
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
-        #: violations, expected violations and proposals of the chain's kept draws
-        self._chain_counts = np.zeros(3)
-        self._exhausted_draws = 0
         self._metric = None
 
     # ------------------------------------------------------------------ defaults
@@ -396,11 +383,6 @@ class SBPS(SubsamplingStep):
                     for name, shape in self._path_shapes.items()
                 },
             }
-        if not self.tune:
-            self._chain_counts += (info.violations, info.expected_violations, info.proposals)
-            self._exhausted_draws += info.exhausted
-        else:
-            self._step_policy.count(info.violations, info.proposals)
         travel = info.travelled if info.exhausted else self.step_size
         return {
             "proposals": info.proposals,
@@ -450,33 +432,9 @@ class SBPS(SubsamplingStep):
             means[f"path_{name}"] = np.tensordot(durations, line_means, axes=1) / travel
         return means
 
-    def _end_of_chain_check(self):
-        warning = super()._end_of_chain_check()
-        if warning is not None or self._draw_index != self._chain_tune + self._chain_draws:
-            return warning
-        if self._exhausted_draws:
-            return self._raise_bias_warning(
-                f"{type(self).__name__}: {self._exhausted_draws} draws stopped after "
-                f"{sbps_kernel.MAX_PROPOSALS} bounce proposals, short of their travel time "
-                "(sample stat 'proposals_exhausted'): the proposal rate's bound is far above "
-                "the gradient or the path is stuck. The process went on from where each "
-                "stopped, but the chain may not have explored the posterior. Lower k or check "
-                "the model."
-            )
-        observed, expected, proposals = self._chain_counts
-        predicted = VIOLATION_FACTOR * expected + VIOLATION_Z * math.sqrt(expected)
-        limit = min(predicted, VIOLATION_SHARE * proposals) + VIOLATION_SLACK
-        if observed <= limit:
-            return None
-        message = (
-            f"{type(self).__name__}: {observed:.0f} of {proposals:.0f} bounce proposals "
-            f"violated the proposal rate ([G]_+ > lambda), where the local regression "
-            f"predicts {expected:.1f}: the bounces skipped there bias the draws outward. "
-            "Raise k, or batch_size (less noise), or check the model (G far from linear "
-            "along the path); see the sampler statistics 'violations' and "
-            "'expected_violations'."
-        )
-        return self._raise_bias_warning(message)
+    def _make_alarms(self) -> list[SBPSAlarm]:
+        """Exhausted proposals and bound violations far above the regression's prediction."""
+        return [SBPSAlarm(sbps_kernel.MAX_PROPOSALS)]
 
     def continuous_estimates(self, idata, var_names: list[str] | None = None) -> xr.Dataset:
         """Trajectory averages (Eq. 19) of the unconstrained parameters, over all chains.
@@ -525,9 +483,9 @@ class TravelTimeAndBand(CurvatureStepSize):
         #: violations and proposals in tuning since k last changed
         self._counts = np.zeros(2)
 
-    def count(self, violations: int, proposals: int) -> None:
-        """A tuning draw's violations and proposals."""
-        self._counts += (violations, proposals)
+    def observe(self, stats: dict) -> None:
+        """A tuning draw's violations and proposals (none for a rejected draw)."""
+        self._counts += (stats["violations"], stats["proposals"])
 
     def choose(self, context: StepContext, final: bool) -> StepChoice:
         """The travel time; ``k`` adapted (unless given, or at the end)."""

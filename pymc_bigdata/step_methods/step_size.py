@@ -121,6 +121,9 @@ class NoiseLimitedStepSize:
         self.fixed_step, self.fixed_batch = fixed_step, fixed_batch
         self.default_batch, self.pool_size, self.replace = default_batch, pool_size, replace
 
+    def observe(self, stats: dict) -> None:
+        """A tuning draw's stats: nothing to learn from them."""
+
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: nothing to restart (the noise decides)."""
 
@@ -200,6 +203,9 @@ class DualAveragingStepSize:
         """Start again from ``step_size`` (new coordinates)."""
         self._state = dual_averaging_init(step_size)
 
+    def observe(self, stats: dict) -> None:
+        """A tuning draw's stats: nothing to learn from them."""
+
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the acceptance history belongs to the old
         coordinates, start again from ``step_size``."""
@@ -223,6 +229,9 @@ class CurvatureStepSize:
 
     def __init__(self, *, fixed_step: bool):
         self.fixed_step = fixed_step
+
+    def observe(self, stats: dict) -> None:
+        """A tuning draw's stats: nothing to learn from them."""
 
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the default follows it at the next choice."""

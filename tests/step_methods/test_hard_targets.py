@@ -43,8 +43,8 @@ from hard_models import (
 
 import pymc_bigdata as pmb
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
+from pymc_bigdata.step_methods.alarms import SUBSAMPLE_ACCEPT_ALARM
 from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
-from pymc_bigdata.step_methods.hmcecs import SUBSAMPLE_ACCEPT_ALARM
 
 pytestmark = pytest.mark.slow
 
