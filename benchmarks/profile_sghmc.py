@@ -24,12 +24,14 @@ import pymc_bigdata as pmb
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-import run as bench  # noqa: E402
+from protocol import build_model, make_data  # noqa: E402
+from report import git_revision  # noqa: E402
 
 
 def main() -> None:
-    data = bench.make_data(1_000_000, 0)
-    model = bench.build_model(data)
+    """Profile one SGHMC chain and write the 30 most expensive functions."""
+    data = make_data(1_000_000, 0)
+    model = build_model(data)
     kwargs = dict(chains=1, progressbar=False, compute_convergence_checks=False)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -45,7 +47,7 @@ def main() -> None:
     pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
     out = ROOT / "results" / "profile_sghmc_n1e6.txt"
     out.write_text(
-        f"pymc_bigdata at {bench.git_revision()}; one chain, 1000 + 1000 draws, "
+        f"pymc_bigdata at {git_revision()}; one chain, 1000 + 1000 draws, "
         f"wall {wall:.2f} s under the profiler\n\n{text.getvalue()}"
     )
     print(out.read_text()[:3000])

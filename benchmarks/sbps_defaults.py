@@ -28,7 +28,9 @@ from pymc_bigdata.kernels.sbps import Observation, SBPSSettings, sbps_advance, s
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-import run as bench  # noqa: E402
+from protocol import build_model, make_data  # noqa: E402
+from reference import load_or_compute_reference  # noqa: E402
+from report import git_revision  # noqa: E402
 
 
 def _min_ess(draws: np.ndarray) -> float:
@@ -37,6 +39,21 @@ def _min_ess(draws: np.ndarray) -> float:
 
 
 def gaussian_row(dim: int, refresh_factor: float, draws: int = 2000) -> str:
+    """Table A's row: the kernel alone on a unit Gaussian in ``dim`` dimensions.
+
+    Parameters
+    ----------
+    dim
+        Dimension d.
+    refresh_factor
+        Refreshment rate times ``sqrt(d)``.
+    draws
+        Number of draws (travel ``2 sqrt(d)`` each).
+
+    Returns
+    -------
+    str
+    """
     rng = np.random.default_rng(dim)
 
     def observe(x, direction):
@@ -56,9 +73,15 @@ def gaussian_row(dim: int, refresh_factor: float, draws: int = 2000) -> str:
 
 
 def logistic_rows() -> list[str]:
-    data = bench.make_data(1_000_000, 0)
-    model = bench.build_model(data)
-    ref = bench.load_or_compute_reference(data, model, 20_000, 10.0)
+    """Table B's rows: ``pmb.SBPS`` on the N = 1e6 benchmark at four refreshment factors.
+
+    Returns
+    -------
+    list of str
+    """
+    data = make_data(1_000_000, 0)
+    model = build_model(data)
+    ref = load_or_compute_reference(data, model, 20_000, 10.0)
     layer = pmb.MinibatchModel(model)
     rows = []
     for factor in (1.0, 0.5, 0.25, 0.0):
@@ -91,8 +114,9 @@ def logistic_rows() -> list[str]:
 
 
 def main() -> None:
+    """Measure both tables and write ``results/sbps_defaults.md``."""
     lines = [
-        f"# SBPS defaults (pymc_bigdata at {bench.git_revision()})",
+        f"# SBPS defaults (pymc_bigdata at {git_revision()})",
         "",
         "## A. Kernel, unit Gaussians, exact gradients, travel 2 sqrt(d), 2000 draws",
         "",

@@ -17,6 +17,9 @@ RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
 def test_ruff_clean(args):
     """`ruff check` and `ruff format --check` pass on the package, tests and benchmarks."""
     result = subprocess.run(
-        [RUFF, *args, "pymc_bigdata", "tests"], cwd=ROOT, capture_output=True, text=True
+        [RUFF, *args, "pymc_bigdata", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
