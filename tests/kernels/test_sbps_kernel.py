@@ -4,6 +4,7 @@ the process itself on Gaussians with exact and noisy gradients."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from pymc_bigdata.kernels.poisson_time import first_arrival, integrated_rate, in
 from pymc_bigdata.kernels.sbps import (
     Observation,
     SBPSSettings,
+    SBPSState,
     adapt_metric,
     reflect,
     sbps_advance,
@@ -91,6 +93,38 @@ def test_metric_is_normalised_and_follows_gradient_scale():
     assert metric[0] / metric[1] == pytest.approx(10.0, rel=1e-3)
 
 
+def _eqs_17_18(gradients: list[np.ndarray], beta: float, eps: float):
+    """Eqs. 17-18 written out, from ``a = 0``: ``a <- beta a + (1 - beta) g^2`` (``beta`` on
+    the past, as the module docstring reads the printed Eq. 17) and ``M_i = (a_i +
+    eps)^(-1/2) / mean_j (a_j + eps)^(-1/2)``."""
+    a = np.zeros_like(gradients[0])
+    for g in gradients:
+        a = beta * a + (1.0 - beta) * g**2
+    inv_sd = (a + eps) ** -0.5
+    return a, inv_sd / inv_sd.mean()
+
+
+def test_metric_update_places_beta_on_the_past():
+    """Eq. 17's running mean after a few different gradients, against the recursion written
+    out: after one gradient ``a = (1 - beta) g^2`` (0.01 g^2 at beta = 0.99, not 0.99 g^2),
+    and the metric is Eq. 18's normalised inverse sd.
+
+    A constant gradient cannot tell where ``beta`` goes (both placements converge to ``g^2``,
+    which is all the test above sees); this catches ``beta`` on the new gradient, a metric
+    that is not updated, or one that is not normalised."""
+    rng = np.random.default_rng(3)
+    beta, eps = 0.99, 1e-4
+    gradients = [rng.normal(scale=[1.0, 10.0, 100.0]) for _ in range(5)]
+    grad_sq = np.zeros(3)
+    for j, g in enumerate(gradients, start=1):
+        grad_sq, metric = adapt_metric(grad_sq, g, beta, eps)
+        expected_sq, expected_metric = _eqs_17_18(gradients[:j], beta, eps)
+        np.testing.assert_allclose(grad_sq, expected_sq, rtol=1e-12)
+        np.testing.assert_allclose(metric, expected_metric, rtol=1e-12)
+    first, _ = adapt_metric(np.zeros(3), gradients[0], beta, eps)
+    np.testing.assert_allclose(first, (1.0 - beta) * gradients[0] ** 2, rtol=1e-12)
+
+
 # ---------------------------------------------------------------- regression band
 
 
@@ -122,6 +156,26 @@ def test_line_fit_and_band_match_a_direct_computation():
     # the band is convex, so its chords lie above it
     middle = 0.5 * (knots[1:] + knots[:-1])
     assert np.all(0.5 * (rates[1:] + rates[:-1]) >= fit.upper_band(middle, 3.0) - 1e-12)
+
+
+def test_band_knots_bound_a_constant_gradient():
+    """Eq. 13's proposal rate at the knots on observations of a constant ``G = 2`` (noise sd
+    0.2): ``beta_1 t + beta_0 + k rho(t)`` with the textbook posterior of Eq. 9's line (slope
+    prior ``N(0.5, 0.2)``), the rate the thinning uses. Catches the intercept and slope
+    swapped, or ``k`` or ``rho`` misplaced, in the knots' band."""
+    t = np.linspace(0.0, 1.25, 6)
+    g = np.full(6, 2.0)
+    c2 = np.full(6, 0.04)
+    mu, sigma2, k = 0.5, 0.2, 3.0
+    fit = fit_line(_segment(t, g, c2), mu, sigma2, misfit=False)
+    x = np.stack([np.ones_like(t), t], axis=1)
+    cov = np.linalg.inv(x.T @ np.diag(1 / c2) @ x + np.diag([0.0, 1 / sigma2]))
+    beta = cov @ (x.T @ (g / c2) + np.array([0.0, mu / sigma2]))
+    knots, rates = map(np.asarray, band_knots(fit, 1.25, 0.5, k))
+    design = np.stack([np.ones_like(knots), knots], axis=1)
+    rho = np.sqrt(np.einsum("ij,jk,ik->i", design, cov, design) + c2[-1])
+    np.testing.assert_allclose(rates, design @ beta + k * rho, rtol=1e-12)
+    assert np.all(rates > 2.0)  # a bound above the gradient it has seen
 
 
 def test_misfit_widens_the_band_only_for_curved_data():
@@ -158,13 +212,44 @@ def _gaussian_observer(precision: np.ndarray, noise_sd: float, rng):
     return observe
 
 
-def _run(precision, noise_sd, k, draws, seed, metric_adaptation=None):
+class _Run(NamedTuple):
+    """What :func:`_run` recorded: the draws, the path averages of ``x`` and ``x^2`` per draw,
+    the final state, the metric after each draw, and every gradient a bounce used (in
+    order)."""
+
+    draws: np.ndarray
+    means: np.ndarray
+    squares: np.ndarray
+    state: SBPSState
+    metrics: np.ndarray
+    bounce_gradients: list[np.ndarray]
+
+
+def _run(
+    precision: np.ndarray,
+    noise_sd: float,
+    k: float,
+    draws: int,
+    seed: int,
+    metric_adaptation: tuple[float, float] | None = None,
+) -> _Run:
     rng = np.random.default_rng(seed)
     d = len(precision)
     state = sbps_init(np.zeros(d), rng, 1.0, 1.0)
     settings = SBPSSettings(k=k, refresh_rate=1 / math.sqrt(d), metric_adaptation=metric_adaptation)
-    observe = _gaussian_observer(precision, noise_sd, rng)
-    positions, means, squares = [], [], []
+    gaussian = _gaussian_observer(precision, noise_sd, rng)
+    bounce_gradients: list[np.ndarray] = []
+
+    def observe(x, direction):  # the Gaussian observer, keeping the gradients bounces read
+        obs = gaussian(x, direction)
+
+        def gradient():
+            bounce_gradients.append(obs.gradient())
+            return bounce_gradients[-1]
+
+        return obs._replace(gradient=gradient)
+
+    positions, means, squares, metrics = [], [], [], []
     travel = 2.0 * math.sqrt(d)
     for _ in range(draws):
         state, info = sbps_advance(state, observe, travel, settings, rng, lambda x: x)
@@ -172,19 +257,30 @@ def _run(precision, noise_sd, k, draws, seed, metric_adaptation=None):
         positions.append(state.position)
         means.append(info.integral / travel)
         squares.append(info.integral_sq / travel)
-    return np.array(positions), np.array(means), np.array(squares), state
+        metrics.append(state.metric)
+    return _Run(
+        np.array(positions),
+        np.array(means),
+        np.array(squares),
+        state,
+        np.array(metrics),
+        bounce_gradients,
+    )
 
 
 def _assert_covariance(draws, cov, ess_floor):
-    """Mean within 4.5 sd/sqrt(ESS) and variances within 4.5 relative SEs (sqrt(2/ESS))."""
+    """Mean within 4.5 sd/sqrt(ESS) and variances within 4.5 relative SEs (sqrt(2/ESS));
+    ``draws`` of one chain ``(draw, d)`` or of several ``(chain, draw, d)``."""
     import arviz as az
 
+    chains = draws if draws.ndim == 3 else draws[None]
     sd = np.sqrt(np.diag(cov))
-    ess = np.array([float(az.ess(draws[None, :, j])) for j in range(draws.shape[1])])
+    ess = np.array([float(az.ess(chains[..., j])) for j in range(chains.shape[-1])])
     assert ess.min() > ess_floor
-    assert np.all(np.abs(draws.mean(0)) < 4.5 * sd / np.sqrt(ess))
-    sq_ess = np.array([float(az.ess(draws[None, :, j] ** 2)) for j in range(draws.shape[1])])
-    rel = draws.var(0) / sd**2
+    flat = chains.reshape(-1, chains.shape[-1])
+    assert np.all(np.abs(flat.mean(0)) < 4.5 * sd / np.sqrt(ess))
+    sq_ess = np.array([float(az.ess(chains[..., j] ** 2)) for j in range(chains.shape[-1])])
+    rel = flat.var(0) / sd**2
     assert np.all(np.abs(rel - 1) < 4.5 * np.sqrt(2 / sq_ess)), rel
 
 
@@ -192,7 +288,7 @@ def test_exact_gradients_reproduce_a_correlated_gaussian():
     """With exact gradients and k = 5 the process targets a correlated 2-D Gaussian: from
     the recorded draws and from the continuous-time (path) averages."""
     cov = np.array([[1.0, 0.8], [0.8, 1.0]])
-    draws, means, squares, _ = _run(np.linalg.inv(cov), 0.0, 5.0, 4000, seed=2)
+    draws, means, squares, *_ = _run(np.linalg.inv(cov), 0.0, 5.0, 4000, seed=2)
     _assert_covariance(draws, cov, 500)
     path_var = squares.mean(0) - means.mean(0) ** 2
     assert path_var == pytest.approx(np.diag(cov), rel=0.12)
@@ -202,13 +298,13 @@ def test_exact_gradients_reproduce_a_correlated_gaussian():
 def test_noisy_gradients_keep_the_target():
     """Theorem 1: zero-mean gradient noise (sd 1 per coordinate) leaves a 5-D unit Gaussian
     invariant; k = 5 keeps bound violations negligible."""
-    draws, _, _, _ = _run(np.eye(5), 1.0, 5.0, 3000, seed=3)
+    draws = _run(np.eye(5), 1.0, 5.0, 3000, seed=3).draws
     _assert_covariance(draws, np.eye(5), 500)
 
 
 def test_a_biased_kernel_fails_the_check():
     """Power: a process whose bounces use twice the gradient (the wrong target) fails."""
-    draws, _, _, _ = _run(2.0 * np.eye(3), 0.0, 5.0, 3000, seed=4)
+    draws = _run(2.0 * np.eye(3), 0.0, 5.0, 3000, seed=4).draws
     with pytest.raises(AssertionError):
         _assert_covariance(draws, np.eye(3), 100)
 
@@ -226,6 +322,44 @@ def test_preconditioned_reflection_keeps_the_target():
         state, info = sbps_advance(state, observe, 20.0, settings, rng, lambda x: x)
         draws.append(state.position)
     _assert_covariance(np.array(draws), np.diag([1.0, 100.0]), 300)
+
+
+def test_psbps_adapts_the_metric_at_every_bounce():
+    """pSBPS (Sec. 5) on an axis-aligned Gaussian with sds 1 and 3: after 300 draws the
+    state's running mean ``a`` and metric ``M`` are Eqs. 17-18 applied, in order, to the
+    gradients of all the bounces (recomputed here, to rounding), and they moved.
+
+    Catches an adaptation that leaves the metric unchanged (or is never called), one that
+    reads another gradient than the bounce's, and ``beta`` on the new gradient."""
+    beta, eps = 0.99, 1e-4
+    run = _run(np.diag([1.0, 1 / 9]), 0.0, 5.0, 300, seed=6, metric_adaptation=(beta, eps))
+    assert len(run.bounce_gradients) > 100
+    grad_sq, metric = _eqs_17_18(run.bounce_gradients, beta, eps)
+    np.testing.assert_allclose(run.state.grad_sq, grad_sq, rtol=1e-10)
+    np.testing.assert_allclose(run.state.metric, metric, rtol=1e-10)
+    assert metric[1] / metric[0] > 1.5  # it moved (from 1): the check has something to see
+
+
+def test_psbps_learns_the_scales_and_keeps_the_target():
+    """pSBPS on an axis-aligned Gaussian with sds 1 and 3 (16 independent chains of 600
+    draws, the first 200 discarded): the metric settles where the preconditioned target is
+    isotropic. There bounce gradients ``M_i g_i`` are exchangeable across coordinates, so
+    Eq. 18 makes ``M_i`` proportional to ``sigma_i``: the chains' mean ``log(M_2 / M_1)`` is
+    within 4.5 standard errors (across chains) of ``log 3``. The draws keep the target (its
+    mean and variances within 4.5 Monte Carlo standard errors): with ``beta = 0.99`` the
+    metric changes slowly enough for the term the paper drops.
+
+    Catches an adaptation that does nothing (``log(M_2 / M_1) = 0``) or misreads the
+    gradient's scale (``M`` proportional to ``sigma^2`` or ``1 / sigma``)."""
+    precision = np.diag([1.0, 1 / 9])
+    draws, log_ratios = [], []
+    for seed in range(16):
+        run = _run(precision, 0.0, 5.0, 600, seed=100 + seed, metric_adaptation=(0.99, 1e-12))
+        draws.append(run.draws[200:])
+        log_ratios.append(np.log(run.metrics[200:, 1] / run.metrics[200:, 0]).mean())
+    se = np.std(log_ratios, ddof=1) / math.sqrt(len(log_ratios))
+    assert abs(np.mean(log_ratios) - math.log(3.0)) <= 4.5 * se, (np.mean(log_ratios), se)
+    _assert_covariance(np.array(draws), np.diag([1.0, 9.0]), 300)
 
 
 def test_non_finite_observation_stops_with_finite_false():
