@@ -211,7 +211,7 @@ def test_propose_products_redraws_kappa_products():
     old_start = np.concatenate([[0], np.cumsum(counts)]) * m
     redrawn = np.zeros(products, dtype=np.int64)
     new_counts = []
-    for _ in range(proposals):
+    for done in range(1, proposals + 1):
         new = propose_products(u, HUGE, kappa, _take_index, rng)
         assert len(new.indices) == new.counts.sum() * m and new.minibatch == m
         assert np.array_equal(new.rows[0], new.indices.astype(np.float64))
@@ -225,7 +225,7 @@ def test_propose_products_redraws_kappa_products():
             assert not np.isin(here, u.indices).any()  # fresh rows, not reshuffled ones
             redrawn[p] += 1
             new_counts.append(new.counts[p])
-        assert redrawn.sum() == kappa * (_ + 1)
+        assert redrawn.sum() == kappa * done
     share = kappa / products
     band = 4.5 * math.sqrt(share * (1 - share) / proposals)
     assert np.all(np.abs(redrawn / proposals - share) < band)
