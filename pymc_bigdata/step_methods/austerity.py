@@ -193,13 +193,15 @@ class AusterityMH(SubsamplingStep):
             control_variates=control_variates,
             **kwargs,
         )
+
+    # ------------------------------------------------------------------ set-up and defaults
+    def _prepare(self) -> None:
+        """The rows the test samples: all but the census stratum, whose differences enter
+        every decision exactly."""
         n_rows, n_census = self.layer.n_rows, len(self.census)
-        #: the rows the test samples: all but the census stratum, whose differences enter
-        #: every decision exactly
         self._pool = np.setdiff1d(np.arange(n_rows), self.census) if n_census else None
         self._permutation = LazyPermutation(n_rows - n_census, self.rng)
 
-    # ------------------------------------------------------------------ set-up and defaults
     def _check_layer_settings(self) -> None:
         """The proposal's default, and its check against the layer (before the MAP search)."""
         has_curvature = self.layer.dim <= DENSE_HESSIAN_MAX_DIM and self.cv_mode in (

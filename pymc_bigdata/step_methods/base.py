@@ -213,10 +213,6 @@ class SubsamplingStep(ArrayStepShared):
         self.census = self._find_census(census)
         self.step_size = self._check_step_size(step_size)
         self.inner_steps = self._check_inner_steps(inner_steps)
-        self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
-        self._initial_laplace = self.laplace
-        self._initial_key = self._configuration_key = self.layer.held_key
-        self._configurations = {self._initial_key: self._configuration()}
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self._rows = self.layer.rows.index_sampler(
@@ -228,13 +224,27 @@ class SubsamplingStep(ArrayStepShared):
         )
         self._census_rows = self.layer.take_rows(self.census) if len(self.census) else None
         self._set_up_weights()
+        self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
+        self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
+        self._initial_laplace = self.laplace
+        self._initial_key = self._configuration_key = self.layer.held_key
+        self._configurations = {self._initial_key: self._configuration()}
         self._chain_tune, self._chain_draws = 0, 0
-        self._reset_chain_state()
+        self._reset_chain_state()  # every hook it calls now finds its sampler set up
 
     # ------------------------------------------------------------------ set-up
+    # A step is built in two phases. A sampler's ``__init__`` checks and stores its own
+    # settings, then calls the base's, which builds the layer, checks the settings that need
+    # it (``_check_layer_settings``, before the full-data MAP search), fits the Laplace
+    # approximation, finds the census and sets up the rows; then ``_prepare`` (the sampler's
+    # set-up that needs all that), and only then the first chain state.
     def _check_layer_settings(self) -> None:
-        """Check a subclass's settings that need the layer (its dimension), before the
+        """Check the sampler's own settings that need the layer (N, d), before the
         full-data MAP search."""
+
+    def _prepare(self) -> None:
+        """The sampler's set-up that needs the Laplace fit, the census and the rows (the
+        second phase of ``__init__``; nothing of the chain exists yet)."""
 
     def _set_up_laplace(self, start: np.ndarray | None = None) -> None:
         """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""

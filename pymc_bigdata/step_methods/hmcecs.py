@@ -257,16 +257,6 @@ class HMCECS(SubsamplingStep):
             replace=True,
             **kwargs,
         )
-        self.taylor_order = (
-            taylor_order if taylor_order is not None else (2 if self._has_curvature() else 1)
-        )
-        self.cv_order = self.taylor_order
-        #: the rows subsampled (all but the census stratum, which every estimate includes)
-        self._pool_rows = (
-            np.setdiff1d(np.arange(self.layer.n_rows), self.census) if len(self.census) else None
-        )
-        self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, 1)
-        self._reset_chain_state()
 
     # ------------------------------------------------------------------ set-up
     def _check_layer_settings(self) -> None:
@@ -297,6 +287,16 @@ class HMCECS(SubsamplingStep):
             )
         self.min_subsample = min(n_rows, max(MIN_SUBSAMPLE, self._given_blocks or 0))
 
+    def _prepare(self) -> None:
+        """The Taylor order (2 where the anchor has the full-data Hessian) and the pool of
+        subsampled rows (all but the census stratum, which every estimate includes)."""
+        given = self._given_order
+        self.taylor_order = given if given is not None else (2 if self._has_curvature() else 1)
+        self.cv_order = self.taylor_order
+        self._pool_rows = (
+            np.setdiff1d(np.arange(self.layer.n_rows), self.census) if len(self.census) else None
+        )
+
     def _has_curvature(self) -> bool:
         return self.anchor is not None and self.anchor.loglik_hessian is not None
 
@@ -306,8 +306,6 @@ class HMCECS(SubsamplingStep):
 
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
-        if not hasattr(self, "estimator"):
-            return
         n_rows = self.layer.n_rows
         self.subsample_size = self._given_size or min(1000, n_rows)
         self.minibatch = self._given_minibatch or min(self.default_minibatch, n_rows)
@@ -352,7 +350,7 @@ class HMCECS(SubsamplingStep):
     # ------------------------------------------------------------------ the two callbacks
     def _take(self, positions: np.ndarray) -> list[np.ndarray]:
         """Rows at ``positions`` of the pool (the rows outside the census stratum)."""
-        pool = getattr(self, "_pool_rows", None)
+        pool = self._pool_rows
         return self.layer.take_rows(positions if pool is None else pool[positions])
 
     @property

@@ -193,6 +193,7 @@ class SBPS(SubsamplingStep):
         self.noise_memory = bool(noise_memory)
         self.prior_rate = float(prior_rate)
         self._fixed_refresh = refresh_rate
+        self._metric: tuple[np.ndarray, np.ndarray] | None = None  # pSBPS: none carried yet
         super().__init__(
             vars,
             batch_size=batch_size,
@@ -202,7 +203,10 @@ class SBPS(SubsamplingStep):
             control_variates="first" if control_variates else "none",
             **kwargs,
         )
-        self._second_order_available = False
+
+    def _prepare(self) -> None:
+        """The path statistics' dtypes, from the layer's dimension and the path functions'
+        shapes (``_check_layer_settings``)."""
         dim = self.layer.dim
         # declared object: PyMC's NDArray backend stores one scalar per draw and stat whatever
         # the shape; the DataTree then holds them as float64 (chain, draw, d)
@@ -329,8 +333,7 @@ class SBPS(SubsamplingStep):
 
     def _carried_metric(self) -> np.ndarray | None:
         """pSBPS keeps its metric across kernel restarts within a chain."""
-        metric = getattr(self, "_metric", None)
-        return None if metric is None else metric[0]
+        return None if self._metric is None else self._metric[0]
 
     def _observe(self, z: np.ndarray, direction_z: np.ndarray) -> Observation:
         """``G_hat = direction . grad_z U`` on a fresh minibatch (Eqs. 7-8, with the census
