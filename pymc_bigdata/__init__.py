@@ -9,8 +9,8 @@ from pymc_bigdata.errors import (
     ModeWarning,
     StaleDataError,
 )
-from pymc_bigdata.layer import MapResult, MinibatchModel
 from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise_log_likelihood
+from pymc_bigdata.model import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights

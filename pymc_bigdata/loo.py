@@ -41,7 +41,7 @@ from xarray.backends import BackendArray
 from xarray.core import indexing
 
 from pymc_bigdata.errors import ModelNotSupportedError, StaleDataError
-from pymc_bigdata.layer import MinibatchModel
+from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = ["add_log_likelihood", "loo_subsample_inputs", "pointwise_log_likelihood"]
 

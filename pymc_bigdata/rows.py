@@ -171,7 +171,7 @@ class RowSource:
         the blocks are reduced by dask, one task per dask block (each task streams its block
         in ``chunk_rows`` pieces), on the active ``dask.distributed`` client when there is
         one, so a cluster computes the pass where the data live; ``fn`` must then pickle
-        (:class:`pymc_bigdata.layer.ChunkFunction` does). Otherwise the pass streams here.
+        (:class:`pymc_bigdata.model.compiled.ChunkFunction` does). Otherwise the pass streams here.
         """
         if any(isinstance(c, DaskColumn) for c in self.columns):
             self.rows_streamed += self.n_rows

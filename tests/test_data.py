@@ -154,5 +154,5 @@ def test_dask_passes_on_a_cluster_equal_in_memory_ones(data, cluster):
     anchor_here, anchor_there = here.map_anchor(), there.map_anchor()
     assert anchor_there.loglik == pytest.approx(anchor_here.loglik, rel=1e-12)
     np.testing.assert_allclose(anchor_there.loglik_grad, anchor_here.loglik_grad, atol=1e-8)
-    compiled = cluster.run(lambda: len(__import__("pymc_bigdata.layer").layer._WORKER_FUNCTIONS))
+    compiled = cluster.run(lambda: len(__import__("pymc_bigdata").model.compiled._WORKER_FUNCTIONS))
     assert len(compiled) == 2 and all(n >= 1 for n in compiled.values())

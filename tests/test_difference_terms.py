@@ -14,8 +14,8 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmb
-from pymc_bigdata.difference_terms import control_variate_sum
 from pymc_bigdata.kernels.hmcecs import block_poisson_log_abs, perturbed_loglik
+from pymc_bigdata.model.difference_terms import control_variate_sum
 
 
 @pytest.fixture(scope="module")

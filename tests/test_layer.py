@@ -29,7 +29,8 @@ import pytest
 from scipy import stats
 
 import pymc_bigdata as pmb
-from pymc_bigdata.layer import Anchor
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.laplace import posterior_precision
 
 N_ROWS = 100_000
 N_COVARIATES = 3
@@ -691,14 +692,25 @@ def test_centred_hierarchical_model_without_a_mode_is_detected():
     assert fit.problem is not None
 
 
+def test_posterior_precision_is_minus_the_symmetrised_hessian_sum(small_logistic_layer):
+    """``-(H_loglik + H_prior)`` made exactly symmetric, and what the Laplace fit reports."""
+    loglik = np.array([[-2.0, 1.0], [0.0, -3.0]])
+    precision = posterior_precision(loglik, -np.eye(2))
+    np.testing.assert_array_equal(precision, [[3.0, -0.5], [-0.5, 4.0]])
+    layer = small_logistic_layer
+    fit = layer.map_estimate()
+    prior = layer.prior_hessian(fit.theta)
+    np.testing.assert_array_equal(fit.hessian, posterior_precision(fit.loglik_hessian, prior))
+
+
 def test_large_models_get_a_diagonal_curvature(monkeypatch, small_logistic_layer):
     """Beyond DENSE_HESSIAN_MAX_DIM no d x d matrix is built: L-BFGS on the full data and a
     Hutchinson diagonal (checked here against the dense Hessian's diagonal)."""
-    import pymc_bigdata.layer as layer_module
+    import pymc_bigdata.model.laplace as laplace
 
     layer = small_logistic_layer
     dense = layer.map_estimate()
-    monkeypatch.setattr(layer_module, "DENSE_HESSIAN_MAX_DIM", 2)
+    monkeypatch.setattr(laplace, "DENSE_HESSIAN_MAX_DIM", 2)
     fit = layer.find_map()
     assert fit.loglik_hessian is None and fit.hessian.shape == (3,)
     assert_close(fit.theta, dense.theta, scale=1.0, rtol=1e-4, what="L-BFGS MAP")

@@ -17,9 +17,9 @@ import pytest
 from conftest import layer_without_map_search
 
 import pymc_bigdata as pmb
-import pymc_bigdata.likelihood_inputs as likelihood_inputs
-from pymc_bigdata.difference_terms import control_variate_sum
+import pymc_bigdata.model.likelihood_inputs as likelihood_inputs
 from pymc_bigdata.kernels.hmcecs import block_poisson_log_abs, perturbed_loglik
+from pymc_bigdata.model.difference_terms import control_variate_sum
 
 
 def _noncentred_model(n_groups: int = 6, n_rows: int = 400, seed: int = 5) -> pm.Model:
@@ -57,7 +57,7 @@ def test_frontier_of_a_noncentred_model(noncentred):
     phi = inputs(theta)
     mu, tau = theta[0], np.exp(theta[1])  # value vars: mu, tau_log__, z, slope
     np.testing.assert_allclose(np.sort(phi), np.sort([*(mu + tau * theta[2:8]), theta[8]]))
-    rebuilt = layer._compile([inputs.phi, *layer.row_inputs], inputs.row_graph)(phi, *rows)
+    rebuilt = layer.compiled.compile([inputs.phi, *layer.row_inputs], inputs.row_graph)(phi, *rows)
     np.testing.assert_allclose(rebuilt, layer.row_logp(theta, rows), rtol=1e-12)
 
 
@@ -81,7 +81,7 @@ def test_scale_model_keeps_checks_out_of_the_expansion():
     assert inputs.available and not inputs.linear
     rows = layer.take_rows(np.arange(50))
     theta = np.array([0.8, np.log(1.7)])
-    rebuilt = layer._compile([inputs.phi, *layer.row_inputs], inputs.row_graph)
+    rebuilt = layer.compiled.compile([inputs.phi, *layer.row_inputs], inputs.row_graph)
     np.testing.assert_allclose(rebuilt(inputs(theta), *rows), layer.row_logp(theta, rows))
 
 

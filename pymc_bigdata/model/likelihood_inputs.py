@@ -5,7 +5,7 @@ depend on ``theta`` and not on the rows: ``beta`` in ``X @ beta``, the group eff
 ``a = mu + tau * z`` of a non-centred hierarchical model in ``a[group]``, ``sigma`` and
 ``log(sigma)`` in a normal likelihood.  Stacked and flattened they are the vector
 ``phi(theta)``, and ``l_k(theta) = m_k(phi(theta))`` with ``m_k`` the row's log-likelihood as
-a function of ``phi``.  This module finds ``phi`` in the layer's graph (the *frontier*
+a function of ``phi``.  This module finds ``phi`` in the model's graph (the *frontier*
 between parameter-only and row-dependent nodes) and compiles ``phi(theta)``, ``m_k(phi)``
 and the full-data sums of ``m_k``'s gradient and Hessian in ``phi``.
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytensor
@@ -46,12 +45,14 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.shape import Reshape, SpecifyShape
 from pytensor.tensor.subtensor import Subtensor
 
-if TYPE_CHECKING:
-    from pymc_bigdata.layer import Anchor, MinibatchModel
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.compiled import ChunkFunction, CompiledModel
+from pymc_bigdata.model.laplace import symmetrised
+from pymc_bigdata.model.passes import HESSIAN_BLOCK_ELEMENTS, FullDataPasses
 
 __all__ = ["InputAnchor", "LikelihoodInputs"]
 
-#: at most this many likelihood inputs (B_phi is dense p x p, as the layer's B)
+#: at most this many likelihood inputs (B_phi is dense p x p, as the model's B)
 MAX_INPUT_DIM = 2_000
 
 #: ops that keep phi a linear (selection) map of theta: the two expansions then coincide
@@ -60,7 +61,7 @@ _SELECTION_OPS = (Subtensor, Reshape, DimShuffle, SpecifyShape, ViewOp, Join)
 
 @dataclass(frozen=True)
 class InputAnchor:
-    """Full-data sums of the expansion in ``phi`` at an :class:`~pymc_bigdata.layer.Anchor`:
+    """Full-data sums of the expansion in ``phi`` at an :class:`~pymc_bigdata.model.anchor.Anchor`:
     ``phi* = phi(theta*)``, ``A_phi`` there and ``B_phi`` at ``phi(theta_h)`` (zero below
     second order)."""
 
@@ -70,7 +71,14 @@ class InputAnchor:
 
 
 class LikelihoodInputs:
-    """``phi(theta)`` and the row log-likelihood as a function of ``phi``, for one layer.
+    """``phi(theta)`` and the row log-likelihood as a function of ``phi``, for one model.
+
+    Parameters
+    ----------
+    compiled
+        The model's compiled quantities (the row log-likelihood graph is read from it).
+    passes
+        Its full-data passes (the row source and the chunk size of ``A_phi`` and ``B_phi``).
 
     Attributes
     ----------
@@ -85,8 +93,8 @@ class LikelihoodInputs:
         A readable name of each tensor stacked in ``phi``.
     """
 
-    def __init__(self, layer: MinibatchModel):
-        self.layer = layer
+    def __init__(self, compiled: CompiledModel, passes: FullDataPasses):
+        self.compiled, self.passes = compiled, passes
         self.phi = pt.vector("likelihood_inputs", dtype="float64")
         self.available, self.reason, self.linear = False, "", True
         self.dim, self.names = 0, []
@@ -97,7 +105,7 @@ class LikelihoodInputs:
         self._last_anchor: tuple[Anchor, int, InputAnchor] | None = None
         self._hessian_cache: tuple[np.ndarray, np.ndarray] | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         for key in [k for k in state if k.endswith("_fn")]:
             del state[key]
@@ -106,9 +114,9 @@ class LikelihoodInputs:
 
     # ------------------------------------------------------------------ finding phi
     def _find(self) -> None:
-        layer = self.layer
-        graph, theta = layer.row_logp_graph, layer.theta
-        frontier = _frontier(graph, theta, layer.row_inputs)
+        model = self.compiled.graph
+        graph, theta = model.row_logp_graph, model.theta
+        frontier = _frontier(graph, theta, model.row_inputs)
         floats = [v for v in frontier if v.dtype.startswith("float")]
         others = [v for v in frontier if not v.dtype.startswith("float")]
         if any(v.dtype != "bool" for v in others):
@@ -120,7 +128,7 @@ class LikelihoodInputs:
         shapes = [v.type.shape for v in floats]
         if any(dim is None for shape in shapes for dim in shape):  # evaluated once, uncompiled
             fn = pytensor.function([theta], floats, mode="FAST_COMPILE", on_unused_input="ignore")
-            shapes = [np.shape(v) for v in fn(layer.initial_theta)]
+            shapes = [np.shape(v) for v in fn(model.initial_theta)]
         sizes = [int(np.prod(s)) for s in shapes]
         self.dim = int(sum(sizes))
         if self.dim > MAX_INPUT_DIM:
@@ -145,7 +153,7 @@ class LikelihoodInputs:
     # ------------------------------------------------------------------ graphs
     def coordinates(self, theta: Variable) -> Variable:
         """The graph of ``phi`` at the parameter vector ``theta`` (a graph)."""
-        return clone_replace(self.phi_graph, {self.layer.theta: theta})
+        return clone_replace(self.phi_graph, {self.compiled.graph.theta: theta})
 
     def rows_at(self, phi: Variable) -> Variable:
         """The per-row log-likelihood graph at ``phi`` (a graph), shape (n,)."""
@@ -153,12 +161,12 @@ class LikelihoodInputs:
 
     @cached_property
     def _phi_fn(self):
-        return self.layer._compile([self.layer.theta], self.phi_graph)
+        return self.compiled.compile([self.compiled.graph.theta], self.phi_graph)
 
     @cached_property
     def _loglik_grad_graphs(self) -> tuple[list, list]:
         total = self.row_graph.sum()
-        return [self.phi, *self.layer.row_inputs], [total, grad(total, self.phi)]
+        return [self.phi, *self.compiled.graph.row_inputs], [total, grad(total, self.phi)]
 
     @cached_property
     def _hessian_graphs(self) -> tuple[list, list]:
@@ -167,28 +175,26 @@ class LikelihoodInputs:
         basis = pt.matrix("basis", dtype="float64")
         batched = vectorize_graph(hvp, {direction: basis})
         eye = pt.eye(self.phi.shape[0], dtype="float64")
-        return [self.phi, *self.layer.row_inputs], [graph_replace(batched, {basis: eye})]
+        inputs = [self.phi, *self.compiled.graph.row_inputs]
+        return inputs, [graph_replace(batched, {basis: eye})]
 
-    def _chunk_function(self, name: str):
-        from pymc_bigdata.layer import ChunkFunction
-
+    def _chunk_function(self, name: str) -> ChunkFunction:
         cache = self.__dict__.setdefault("_chunk_functions", {})
         if name not in cache:
             inputs, outputs = getattr(self, f"_{name}_graphs")
-            compiled = self.layer._compile(inputs, outputs if len(outputs) > 1 else outputs[0])
-            cache[name] = ChunkFunction(inputs, outputs, self.layer.mode, compiled)
+            cache[name] = ChunkFunction.compile(inputs, outputs, self.compiled.mode)
         return cache[name]
 
     @cached_property
     def _cv_sum_fn(self):
         """``A . Delta + 1/2 Delta' B Delta`` and its gradient in ``theta``."""
-        layer = self.layer
+        model = self.compiled.graph
         a_phi = pt.vector("A_phi", dtype="float64")
         b_phi = pt.matrix("B_phi", dtype="float64")
-        delta = self.coordinates(layer.theta) - self.coordinates(layer.anchor)
+        delta = self.coordinates(model.theta) - self.coordinates(model.anchor)
         value = a_phi @ delta + 0.5 * delta @ (b_phi @ delta)
-        return layer._compile(
-            [layer.theta, layer.anchor, a_phi, b_phi], [value, grad(value, layer.theta)]
+        return self.compiled.compile(
+            [model.theta, model.anchor, a_phi, b_phi], [value, grad(value, model.theta)]
         )
 
     # ------------------------------------------------------------------ numbers
@@ -199,20 +205,19 @@ class LikelihoodInputs:
     def full_loglik_grad(self, theta: np.ndarray) -> np.ndarray:
         """``A_phi``: the full-data gradient of the log-likelihood in ``phi`` at
         ``phi(theta)`` (one pass)."""
-        layer = self.layer
-        _, g = layer.rows.reduce(
-            self._chunk_function("loglik_grad"), (self(theta),), layer.chunk_rows, "gradient"
+        passes = self.passes
+        _, g = passes.rows.reduce(
+            self._chunk_function("loglik_grad"), (self(theta),), passes.chunk_rows, "gradient"
         )
         return np.asarray(g, dtype=np.float64)
 
     def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
         """``B_phi``: the full-data Hessian in ``phi`` at ``phi(theta)`` (one pass of ``p``
         batched directions)."""
-        layer = self.layer
-        chunk = int(max(256, min(layer.chunk_rows, (1 << 20) // max(self.dim, 1))))
-        hess = layer.rows.reduce(self._chunk_function("hessian"), (self(theta),), chunk, "Hessian")
-        hess = np.asarray(hess, dtype=np.float64)
-        return 0.5 * (hess + hess.T)
+        passes = self.passes
+        chunk = int(max(256, min(passes.chunk_rows, HESSIAN_BLOCK_ELEMENTS // max(self.dim, 1))))
+        hess = passes.rows.reduce(self._chunk_function("hessian"), (self(theta),), chunk, "Hessian")
+        return symmetrised(np.asarray(hess, dtype=np.float64))
 
     def anchor(self, anchor: Anchor, order: int) -> InputAnchor:
         """The full-data sums in ``phi`` at ``anchor`` (kept for the last anchor and order: a

@@ -1,0 +1,387 @@
+"""The one layer between a PyMC model and the samplers.
+
+:class:`MinibatchModel` reads a PyMC model whose likelihood factorises over rows and gives
+the samplers, with the minibatch's rows as inputs: the log prior, minibatch estimates of the
+log posterior and its gradient (plain, or with first- or second-order control variates),
+per-row terms, directional derivatives and gradients, Hessian-vector products and Hessians;
+their full-data versions in row chunks; the MAP and Laplace fit; control-variate anchors.
+It composes the pieces of :mod:`pymc_bigdata.model`: the graphs (:mod:`.graph`), the
+compiled functions (:mod:`.compiled`), the full-data passes (:mod:`.passes`), the Laplace
+fit (:mod:`.laplace`), the anchors (:mod:`.anchor`) and HMC-ECS's difference terms.
+Everything is compiled lazily, once per layer, and shared by every sampler built on it.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import pymc as pm
+import pytensor
+from pytensor.graph.basic import Variable
+
+from pymc_bigdata.model.anchor import Anchor, anchor_at, map_anchor
+from pymc_bigdata.model.compiled import CompiledModel
+from pymc_bigdata.model.difference_terms import DifferenceTerms
+from pymc_bigdata.model.graph import ModelGraph
+from pymc_bigdata.model.laplace import MapResult, find_map
+from pymc_bigdata.model.likelihood_inputs import LikelihoodInputs
+from pymc_bigdata.model.passes import (
+    DEFAULT_CHUNK_ROWS,
+    DIAGONAL_PROBES,
+    FullDataPasses,
+    select_influential,
+)
+
+__all__ = ["MinibatchModel"]
+
+
+class MinibatchModel:
+    """Compiled minibatch quantities of a PyMC model whose likelihood factorises over rows.
+
+    Parameters
+    ----------
+    model
+        The PyMC model (default: the one in context).
+    vars
+        Value variables to sample (default: all of the model's free variables). The other
+        free variables are *held*: fixed inputs of every compiled function, set with
+        :meth:`hold` (a compound step's other steps move them).
+    mode
+        PyTensor compile mode (default: PyTensor's default, Numba).
+    chunk_rows
+        Rows per block in full-data passes.
+    discrete
+        Sample discrete (binary) variables instead of continuous ones: ``vars`` must then be
+        discrete, and only the gradient-free quantities (per-row terms, the log prior) are
+        used (:class:`~pymc_bigdata.AusterityGibbs`).
+
+    Attributes
+    ----------
+    graph : ModelGraph
+        The row log-likelihood and log-prior graphs; its ``theta``, ``value_vars``,
+        ``held_vars``, ``dim``, ``n_rows``, ``rows``, ``row_inputs``... are also the layer's.
+    compiled : CompiledModel
+        The compiled functions.
+    passes : FullDataPasses
+        The full-data passes in chunks of :attr:`chunk_rows` rows.
+
+    Notes
+    -----
+    ``theta`` everywhere is the flat vector of the value variables in the order of
+    ``vars`` (the order ``DictToArrayBijection`` uses in a step method).
+    """
+
+    def __init__(
+        self,
+        model: pm.Model | None = None,
+        vars: list[Variable] | None = None,
+        mode: str | pytensor.compile.Mode | None = None,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        discrete: bool = False,
+    ):
+        self.model = pm.modelcontext(model)
+        self.mode = mode
+        self.discrete = bool(discrete)
+        self.graph = graph = ModelGraph(self.model, vars, self.discrete)
+        self.compiled = CompiledModel(graph, mode)
+        self.passes = FullDataPasses(self.compiled, chunk_rows)
+        self.value_vars, self.held_vars = graph.value_vars, graph.held_vars
+        self.var_shapes, self.var_sizes, self.dim = graph.var_shapes, graph.var_sizes, graph.dim
+        self.initial_theta, self.held_values = graph.initial_theta, graph.held_values
+        self.n_rows, self.rows, self.row_inputs = graph.n_rows, graph.rows, graph.row_inputs
+        self.theta, self.anchor, self.direction = graph.theta, graph.anchor, graph.direction
+        self.row_logp_graph, self.prior_graph = graph.row_logp_graph, graph.prior_graph
+        self._map_results: dict[bytes, MapResult] = {}
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows per block in full-data passes."""
+        return self.passes.chunk_rows
+
+    @chunk_rows.setter
+    def chunk_rows(self, value: int) -> None:
+        self.passes.chunk_rows = int(value)
+
+    @cached_property
+    def difference_terms(self) -> DifferenceTerms:
+        """Per-row Taylor residuals and difference-estimator gradients (HMC-ECS), compiled
+        lazily; see :mod:`pymc_bigdata.model.difference_terms`."""
+        return DifferenceTerms(self.compiled, self.passes)
+
+    @property
+    def likelihood_inputs(self) -> LikelihoodInputs:
+        """The parameter-only tensors the row log-likelihood reads (``phi(theta)``), found
+        lazily; see :mod:`pymc_bigdata.model.likelihood_inputs`."""
+        return self.difference_terms.likelihood_inputs
+
+    # ------------------------------------------------------------------ labels and rows
+    def coordinate_label(self, index: int) -> str:
+        """``name[i, j]`` of the raveled parameter vector's ``index``-th coordinate."""
+        return self.graph.coordinate_label(index)
+
+    def value_var_slices(self) -> list[tuple[str, slice, tuple[int, ...]]]:
+        """``(name, slice of the raveled vector, shape)`` of every value variable."""
+        return self.graph.value_var_slices()
+
+    def take_rows(self, row_indices: np.ndarray) -> list[np.ndarray]:
+        """Rows of every data array for the given indices (through the row source)."""
+        return self.rows.take(row_indices)
+
+    def data_is_current(self) -> bool:
+        """False when ``pm.set_data`` (or ``set_value``) replaced a row array since the
+        layer read it: the layer's rows, N and anchors would then be stale."""
+        return self.graph.data_is_current()
+
+    # ------------------------------------------------------------------ minibatch quantities
+    def prior_logp(self, theta: np.ndarray) -> float:
+        """Log prior (with Jacobians of the transforms), without its gradient (what a
+        discrete step needs)."""
+        return self.compiled.prior_logp(theta)
+
+    def prior_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Log prior (with Jacobians of the transforms) and its gradient."""
+        return self.compiled.prior_logp_grad(theta)
+
+    def loglik_grad(self, theta: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:
+        """Summed log-likelihood of the given rows and its gradient."""
+        return self.compiled.loglik_grad(theta, rows)
+
+    def uniform_weights(self, n: int) -> np.ndarray:
+        """``N/n`` for each of ``n`` rows: the weights of a uniform minibatch."""
+        return np.full(n, self.n_rows / n)
+
+    def estimate_logp_grad(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+        weights: np.ndarray | None = None,
+    ) -> tuple[float, np.ndarray]:
+        """:meth:`estimate_logp` and :meth:`estimate_grad` from one compiled call.
+
+        ``weights`` (default ``N/n`` each) are the rows' inverse inclusion probabilities; a
+        census row (always included) has weight 1.
+        """
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        if anchor is None:
+            lp, g = self.compiled.logp_grad_est_fn(theta, *rows, weights)
+            return float(lp), g
+        lp, g = self.compiled.cv_logp_grad_fn(theta, anchor.theta, *rows, weights)
+        return float(lp) + anchor.loglik, g + anchor.loglik_grad
+
+    def estimate_second_order_grad_parts(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        weights: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`estimate_second_order_parts` without the log-density value (cheaper)."""
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        g, row_curvature = self.compiled.cv2_grad_parts_fn(
+            theta, anchor.theta, anchor.curvature_point, *rows, weights
+        )
+        return g + anchor.loglik_grad, row_curvature
+
+    def estimate_second_order_parts(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        weights: np.ndarray | None = None,
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """First-order control-variate estimates and the second-order correction's pieces.
+
+        Returns ``(logp, grad_first, row_curvature)``: ``grad_first`` is the first-order
+        estimate :meth:`estimate_grad` with ``anchor``, and ``row_curvature`` is
+        ``sum_i w_i H_i(theta_h) (theta - theta*)`` over the given rows, where ``H_i`` is
+        row i's log-likelihood Hessian at the anchor's curvature point ``theta_h``.  The
+        second-order (Taylor) estimate is
+        ``grad_first - row_curvature + anchor.loglik_hessian @ (theta - theta*)``
+        (:meth:`Anchor.second_order`): unbiased for any ``theta_h``, and exact (no noise at
+        all) when every row's log-likelihood is quadratic, as in a Gaussian linear model.
+        """
+        if anchor.loglik_hessian is None:
+            raise ValueError("This anchor has no curvature (loglik_hessian) for second order.")
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        lp, g, row_curvature = self.compiled.cv2_parts_fn(
+            theta, anchor.theta, anchor.curvature_point, *rows, weights
+        )
+        return float(lp) + anchor.loglik, g + anchor.loglik_grad, row_curvature
+
+    def estimate_grad(
+        self,
+        theta: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+        weights: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Unbiased minibatch estimate of the gradient of the log posterior.
+
+        Without an anchor: ``grad prior + (N/n) sum_i grad l_i(theta)``.  With the
+        control-variate anchor ``theta*``: ``grad prior + grad L(theta*) +
+        (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``, whose variance vanishes as
+        ``theta -> theta*``.
+        """
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        if anchor is None:
+            return self.compiled.grad_fn(theta, *rows, weights)
+        return self.compiled.cv_grad_fn(theta, anchor.theta, *rows, weights) + anchor.loglik_grad
+
+    def estimate_logp(
+        self, theta: np.ndarray, rows: list[np.ndarray], anchor: Anchor | None = None
+    ) -> float:
+        """Unbiased minibatch estimate of the log posterior (with control variates if anchored)."""
+        weights = self.uniform_weights(len(rows[0]))
+        if anchor is None:
+            return float(self.compiled.logp_est_fn(theta, *rows, weights))
+        lp = self.compiled.cv_logp_est_fn(theta, anchor.theta, *rows, weights)
+        return float(lp) + anchor.loglik
+
+    def row_logp(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Per-row log-likelihood terms ``l_i(theta)``, shape (n,)."""
+        return self.compiled.row_logp(theta, rows)
+
+    def row_directional_derivatives(
+        self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]
+    ) -> np.ndarray:
+        """``direction . grad l_i(theta)`` for every given row, shape (n,), by forward mode."""
+        return self.compiled.row_directional_derivatives(theta, direction, rows)
+
+    def directional_parts(
+        self,
+        theta: np.ndarray,
+        direction: np.ndarray,
+        rows: list[np.ndarray],
+        anchor: Anchor | None = None,
+    ) -> tuple[float, np.ndarray]:
+        """The pieces of a minibatch estimate of ``direction . grad log p(theta)``.
+
+        Returns the log prior's directional derivative (with the transforms' Jacobians) and,
+        per given row, ``u . grad l_i(theta)`` or with an anchor the control-variate residual
+        ``u . [grad l_i(theta) - grad l_i(theta*)]``: one forward pass over the rows (two with
+        an anchor), no gradient.  The caller weights and sums the rows, adds
+        ``u . anchor.loglik_grad`` with an anchor, and has the rows' spread for the noise.
+        """
+        u = np.asarray(direction, dtype=np.float64)
+        fn = self.compiled.directional_parts_fns[anchor is not None]
+        if anchor is None:
+            prior, per_row = fn(theta, u, *rows)
+        else:
+            prior, per_row = fn(theta, anchor.theta, u, *rows)
+        return float(prior), per_row
+
+    def row_gradients(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Per-row gradients ``grad l_i(theta)``, shape (n, d)."""
+        return self.compiled.row_grads_fn(theta, *rows)
+
+    def loglik_hvp(
+        self, theta: np.ndarray, direction: np.ndarray, rows: list[np.ndarray]
+    ) -> np.ndarray:
+        """Hessian-vector product of the summed log-likelihood of the given rows."""
+        return self.compiled.hvp_fn(theta, np.asarray(direction, dtype=np.float64), *rows)
+
+    def loglik_hessian(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Dense Hessian (d, d) of the summed log-likelihood of the given rows."""
+        return self.compiled.loglik_hessian(theta, rows)
+
+    def prior_hessian(self, theta: np.ndarray) -> np.ndarray:
+        """Dense Hessian (d, d) of the log prior."""
+        return self.compiled.prior_hessian(theta)
+
+    # ------------------------------------------------------------------ full data
+    def full_loglik_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Full-data summed log-likelihood and gradient, computed in row chunks."""
+        return self.passes.full_loglik_grad(theta)
+
+    def full_logp_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Full-data log posterior and its gradient (chunked)."""
+        return self.passes.full_logp_grad(theta)
+
+    def full_loglik_hvp(self, theta: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        """Full-data Hessian-vector product of the summed log-likelihood (chunked)."""
+        return self.passes.full_loglik_hvp(theta, direction)
+
+    def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
+        """Full-data dense Hessian of the summed log-likelihood (chunked, bounded memory)."""
+        return self.passes.full_loglik_hessian(theta)
+
+    def full_loglik_hessian_diagonal(
+        self, theta: np.ndarray, n_probes: int = DIAGONAL_PROBES, seed: int = 0
+    ) -> np.ndarray:
+        """Hutchinson estimate of the diagonal of the full-data log-likelihood Hessian from
+        ``n_probes`` HVP passes (:meth:`FullDataPasses.full_loglik_hessian_diagonal`)."""
+        return self.passes.full_loglik_hessian_diagonal(theta, n_probes, seed)
+
+    def row_influence(self, theta: np.ndarray, directions: list[np.ndarray]) -> np.ndarray:
+        """How much each row's gradient moves along typical steps away from ``theta``.
+
+        ``mean_k |D_v l_i(theta + v_k) - D_v l_i(theta)|`` over the given directions ``v_k``
+        (typical posterior displacements, e.g. ``L u`` with ``u ~ N(0, I)``): the size of
+        row i's first-order control-variate residual, in log-density units.  Rows whose
+        value is far above the mean dominate a uniform minibatch's gradient noise.
+        Two forward passes per direction, in one streamed pass over the data; the result
+        has N entries (:meth:`influential_rows` keeps only the few that stand out).
+        """
+        return np.concatenate([part for _, part in self._influence_chunks(theta, directions)])
+
+    def influential_rows(
+        self, theta: np.ndarray, directions: list[np.ndarray], factor: float, cap: int
+    ) -> np.ndarray:
+        """Rows whose :meth:`row_influence` exceeds ``factor`` times its mean over the rows
+        (non-finite influence counts as infinite), at most the ``cap`` largest, sorted; one
+        streamed pass of bounded memory (:func:`~pymc_bigdata.model.passes.select_influential`)."""
+        return select_influential(self._influence_chunks(theta, directions), factor, cap)
+
+    def _influence_chunks(self, theta: np.ndarray, directions: list[np.ndarray]):
+        """``(first row, row_influence of a chunk)`` over the data, one pass."""
+        return self.passes.influence_chunks(theta, directions)
+
+    # ------------------------------------------------------------------ the Laplace fit
+    def find_map(self, start: np.ndarray | None = None, maxiter: int = 500) -> MapResult:
+        """Maximise the full-data log posterior; the Laplace precision at the mode and its
+        diagnostics (:func:`pymc_bigdata.model.laplace.find_map`, :attr:`MapResult.problem`)."""
+        return find_map(self.passes, start, maxiter)
+
+    def map_estimate(self, start: np.ndarray | None = None) -> MapResult:
+        """:meth:`find_map` (from ``start``, default the model's initial point), computed once
+        per value of the held variables and shared.
+
+        Runs :meth:`check_row_factorisation` first.
+        """
+        key = self.held_key
+        if key not in self._map_results:
+            self.check_row_factorisation()
+            self._map_results[key] = self.find_map(start)
+        return self._map_results[key]
+
+    def check_row_factorisation(
+        self, theta: np.ndarray | None = None, gradient_free: bool = False
+    ) -> None:
+        """Refuse a likelihood whose per-row terms depend on the other rows in the batch
+        (:meth:`FullDataPasses.check_row_factorisation`)."""
+        self.passes.check_row_factorisation(theta, gradient_free)
+
+    def map_anchor(self) -> Anchor:
+        """The control-variate anchor at the (cached) MAP, with its curvature when dense."""
+        return map_anchor(self.map_estimate())
+
+    def anchor_at(self, theta: np.ndarray, curvature_from: Anchor | None = None) -> Anchor:
+        """A control-variate anchor at ``theta`` (one full-data gradient pass), keeping the
+        curvature of ``curvature_from`` (:func:`~pymc_bigdata.model.anchor.anchor_at`)."""
+        return anchor_at(theta, self.full_loglik_grad, curvature_from)
+
+    # ------------------------------------------------------------------ held variables
+    def held_from_point(self, point: dict[str, np.ndarray]) -> np.ndarray:
+        """The held variables' values in ``point``, raveled as :attr:`held_values`."""
+        return self.graph.held_from_point(point)
+
+    def hold(self, values: np.ndarray) -> bool:
+        """Set the held variables (raveled); returns whether they changed."""
+        return self.graph.hold(values)
+
+    @property
+    def held_key(self) -> bytes:
+        """A key of the held variables' current values (the MAP and anchors depend on them)."""
+        return self.graph.held_key
