@@ -298,14 +298,14 @@ class AusterityMH(SubsamplingStep):
     def _census_sum(self, theta_new: np.ndarray, theta: np.ndarray) -> float:
         """The census rows' differences, summed: they enter every decision exactly (the
         stratum of rows that would dominate the test's variance, e.g. a rare outcome's)."""
-        if self._census_rows is None:
+        if self.minibatches.census_rows is None:
             return 0.0
         self._permutation.start(self.rng)  # this decision's permutation: none drawn yet
         self._rows_read += len(self.census)
         anchor = self.anchor if self.test == "residuals" else None
         try:
             d = self.layer.difference_terms.differences(
-                theta_new, theta, self._census_rows, anchor, self.cv_order
+                theta_new, theta, self.minibatches.census_rows, anchor, self.cv_order
             )
         except ParameterValueError as exc:
             raise _NonFinite from exc
@@ -322,7 +322,7 @@ class AusterityMH(SubsamplingStep):
         if self.proposal == "langevin":
             return langevin_proposal(z, h, lambda x: self._known(x)[1], self.rng)
         estimator = self._estimator()
-        rows = estimator.with_census(self.layer.take_rows(self._rows.draw()))  # one component
+        rows = estimator.with_census(self.minibatches.draw())  # one component
         self._rows_read += self.batch_size + len(self.census)
 
         def drift(x: np.ndarray) -> np.ndarray:

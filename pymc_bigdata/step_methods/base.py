@@ -36,8 +36,9 @@ from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 from pymc_bigdata.step_methods.divergence import (
-    LOGP_DROP_DIVERGENCE,
     DivergenceCheck,
+    kept_divergence_message,
+    rejected_divergence_message,
 )
 from pymc_bigdata.step_methods.gradient_oracle import (
     DrawRecord,
@@ -45,8 +46,16 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     MinibatchEstimator,
     NoiseSample,
 )
+from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
+from pymc_bigdata.step_methods.settings import (
+    check_control_variates,
+    check_inner_steps,
+    check_noise_bound,
+    check_preconditioner,
+    check_step_size,
+)
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.start import census_rows, starting_fit
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
@@ -58,9 +67,6 @@ from pymc_bigdata.step_methods.tuning import (
 )
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
-
-#: above this many parameters the preconditioner is diagonal rather than dense
-DENSE_PRECONDITIONER_MAX_DIM = 200
 
 
 #: after tuning, the gradient noise is measured on one transition every this many draws
@@ -192,38 +198,30 @@ class SubsamplingStep(ArrayStepShared):
         if batch_size is None:
             batch_size = self.default_batch_size(n_rows)
         check_batch_size(batch_size, n_rows)
-        self.batch_size = int(batch_size)
-        self._default_batch = self.batch_size
-        self.preconditioner_kind = _check_preconditioner(preconditioner, self.layer.dim)
-        self.cv_mode = _check_control_variates(control_variates)
-        if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
-            raise ValueError(f"noise_bound must be a number in (0, 1), got {noise_bound!r}.")
-        self.noise_bound = float(noise_bound)
+        self.preconditioner_kind = check_preconditioner(preconditioner, self.layer.dim)
+        self.cv_mode = check_control_variates(control_variates)
+        self.noise_bound = check_noise_bound(noise_bound)
         self.adapt = bool(adapt)
         self.replace = bool(replace)
         self.reshuffle = self._check_reshuffle(reshuffle)
         self._fixed_step = step_size is not None
         self._fixed_inner = inner_steps is not None
         if step_size is not None:  # fail before the (full-data) MAP search
-            self._check_step_size(step_size)
+            step_size = check_step_size(step_size)
         if inner_steps is not None:
-            self._check_inner_steps(inner_steps)
+            inner_steps = check_inner_steps(inner_steps)
         self._check_layer_settings()
         self._set_up_laplace()
-        self.census = self._find_census(census)
-        self.step_size = self._check_step_size(step_size)
-        self.inner_steps = self._check_inner_steps(inner_steps)
+        census = self._find_census(census, int(batch_size))
+        self.step_size = self.default_step() if step_size is None else step_size
+        if inner_steps is None:
+            inner_steps = min(self.default_inner(), self.max_inner_steps)
+        self.inner_steps = inner_steps
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
-        self._rows = self.layer.rows.index_sampler(
-            self.batch_size,
-            self.rng,
-            replace=self.replace,
-            reshuffle=self.reshuffle,
-            exclude=self.census,
+        self.minibatches = Minibatches(
+            self.layer, batch_size, census, self.rng, replace=self.replace, reshuffle=self.reshuffle
         )
-        self._census_rows = self.layer.take_rows(self.census) if len(self.census) else None
-        self._set_up_weights()
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
@@ -295,28 +293,21 @@ class SubsamplingStep(ArrayStepShared):
         self._divergence.restart()  # another target: its level is not comparable
         self._reset_kernel_state()
 
-    def _find_census(self, enabled: bool) -> np.ndarray:
+    def _find_census(self, enabled: bool, batch_size: int) -> np.ndarray:
         """Indices of the census stratum (empty when no row stands out)."""
-        if not enabled or self.batch_size >= self.layer.n_rows or self.cv_mode == "none":
+        if not enabled or batch_size >= self.layer.n_rows or self.cv_mode == "none":
             return np.empty(0, dtype=np.int64)
-        return census_rows(self.layer, self.laplace, self.anchor.theta, self.batch_size)
+        return census_rows(self.layer, self.laplace, self.anchor.theta, batch_size)
 
-    def _set_up_weights(self) -> None:
-        """The weights of a minibatch and of its halves (census rows first, weight 1)."""
-        n_census, n = len(self.census), self.batch_size
-        rest = self.layer.n_rows - n_census
-        ones = np.ones(n_census)
-        half = n // 2
-        self._weights = np.concatenate([ones, np.full(n, rest / n)])
-        self._half_weights = (
-            np.concatenate([ones, np.full(half, rest / max(half, 1))]),
-            np.concatenate([ones, np.full(n - half, rest / max(n - half, 1))]),
-        )
+    @property
+    def batch_size(self) -> int:
+        """Rows per minibatch now (tuning may grow it from the default)."""
+        return self.minibatches.size
 
-    def _with_census(self, rows: list[np.ndarray]) -> list[np.ndarray]:
-        if self._census_rows is None:
-            return rows
-        return [np.concatenate([c, r]) for c, r in zip(self._census_rows, rows)]
+    @property
+    def census(self) -> np.ndarray:
+        """Indices of the census stratum's rows (every estimate reads them)."""
+        return self.minibatches.census
 
     # ------------------------------------------------------------------ defaults and checks
     def default_batch_size(self, n_rows: int) -> int:
@@ -340,20 +331,6 @@ class SubsamplingStep(ArrayStepShared):
         """Subclasses that assume independent minibatches override this."""
         return True if reshuffle is None else bool(reshuffle)
 
-    def _check_step_size(self, step_size: float | None) -> float:
-        if step_size is None:
-            return self.default_step()
-        if not (isinstance(step_size, int | float) and math.isfinite(step_size) and step_size > 0):
-            raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
-        return float(step_size)
-
-    def _check_inner_steps(self, inner_steps: int | None) -> int:
-        if inner_steps is None:
-            return min(self.default_inner(), self.max_inner_steps)
-        if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
-            raise ValueError(f"inner_steps must be a positive integer, got {inner_steps!r}.")
-        return int(inner_steps)
-
     def _check_data_current(self) -> None:
         if not self.layer.data_is_current():
             raise StaleDataError(
@@ -374,7 +351,7 @@ class SubsamplingStep(ArrayStepShared):
         """Per-chain generator and fresh chain state (sequential and parallel paths)."""
         super().setup_chain(rng, tune, draws)
         self._check_data_current()
-        self._rows.reset(self.rng)
+        self.minibatches.reset(self.rng)
         self._chain_tune, self._chain_draws = int(tune), int(draws)
         self._reset_chain_state()
 
@@ -389,8 +366,7 @@ class SubsamplingStep(ArrayStepShared):
 
     def _reset_chain_state(self) -> None:
         self.tune = True
-        if self.batch_size != self._default_batch:
-            self._resize_batch(self._default_batch)
+        self.minibatches.restore_default()
         self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
         self.laplace = self._initial_laplace
         self._draw_index = 0
@@ -438,9 +414,9 @@ class SubsamplingStep(ArrayStepShared):
             anchor=self.anchor,
             cv_order=self.cv_order,
             second_order=self._second_order_available,
-            weights=self._weights,
-            half_weights=self._half_weights,
-            census_rows=self._census_rows,
+            weights=self.minibatches.weights,
+            half_weights=self.minibatches.half_weights,
+            census_rows=self.minibatches.census_rows,
             batch_size=self.batch_size,
             noise_measurement=self.noise_measurement,
             pool_size=self._pool_size(),
@@ -449,23 +425,16 @@ class SubsamplingStep(ArrayStepShared):
     def _gradient_oracle(self, measure: bool) -> GradientOracle:
         """The draw's gradient oracle (a fresh minibatch per call); with ``measure``, the
         call on the kernel's last transition measures the noise and the log density."""
-        return GradientOracle(
-            self._estimator(), lambda: self.layer.take_rows(self._rows.draw()), measure
-        )
+        return GradientOracle(self._estimator(), self.minibatches.draw, measure)
 
     def _noise_variance(self, order: int) -> np.ndarray:
         """Variance of the current batch's gradient estimate per coordinate (z units):
         ``N^2 s^2 (1/n - 1/N)`` without replacement, ``N^2 s^2 / n`` with."""
-        return self._noise.variance(order) * self._batch_factor(self.batch_size)
-
-    def _batch_factor(self, batch_size: float) -> float:
-        if self.replace:
-            return 1.0 / batch_size
-        return max(1.0 / batch_size - 1.0 / self._pool_size(), 0.0)
+        return self._noise.variance(order) * self.minibatches.batch_factor(self.batch_size)
 
     def _pool_size(self) -> int:
         """Rows subsampled (all but the census)."""
-        return self.layer.n_rows - len(self.census)
+        return self.minibatches.pool_size
 
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -535,16 +504,8 @@ class SubsamplingStep(ArrayStepShared):
         )
 
     def _commit_noise(self, noise: NoiseSample | None) -> None:
-        """Keep the draw's noise measurement (dropped when the draw diverged or it is not
-        finite, so that one blow-up does not decide the step size for the rest of tuning)."""
-        if noise is None:
-            return
-        first, second = noise
-        if not np.all(np.isfinite(first)):
-            return
-        self._noise.add(
-            first, second if second is not None and np.all(np.isfinite(second)) else None
-        )
+        """Keep the draw's noise measurement (:meth:`~.noise.NoiseAccumulator.keep`)."""
+        self._noise.keep(noise)
 
     def _chain_start(self, theta0: np.ndarray) -> np.ndarray:
         """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
@@ -608,19 +569,8 @@ class SubsamplingStep(ArrayStepShared):
         if self._warned_divergence or self.tune:
             return
         self._warned_divergence = True
-        what = (
-            "an accepted move reached a point that looks like a numerical blow-up (far out "
-            "in the preconditioned coordinates, or a log-density drop of more than "
-            f"{LOGP_DROP_DIVERGENCE:g}); the chain kept it, since its accept test decided"
-            if blew_up
-            else "a trajectory met a non-finite value or a large energy error and was rejected"
-        )
-        warnings.warn(
-            f"{type(self).__name__}: {what}; the draw is recorded as diverging. If this "
-            "repeats, lower step_size.",
-            DivergenceWarning,
-            stacklevel=3,
-        )
+        message = kept_divergence_message(type(self).__name__, blew_up)
+        warnings.warn(message, DivergenceWarning, stacklevel=3)
 
     def _on_divergence(self, z0: np.ndarray) -> int:
         """A rejected draw: restart the kernel at ``z0``; returns the rows read here."""
@@ -633,13 +583,8 @@ class SubsamplingStep(ArrayStepShared):
             rows_read = self._measure_noise_at(z0)
         if not self._warned_divergence and not self.tune:  # tuning handles its own
             self._warned_divergence = True
-            warnings.warn(
-                f"{type(self).__name__}: a non-finite value or a log-density drop of more "
-                f"than {LOGP_DROP_DIVERGENCE:g} appeared; the draw was rejected and recorded as "
-                "diverging. If this repeats, lower step_size or raise batch_size.",
-                DivergenceWarning,
-                stacklevel=2,
-            )
+            message = rejected_divergence_message(type(self).__name__)
+            warnings.warn(message, DivergenceWarning, stacklevel=2)
         return rows_read
 
     #: what the end-of-chain alarm says an off-target chain's draws likely are
@@ -717,7 +662,7 @@ class SubsamplingStep(ArrayStepShared):
             noise_bound=self.noise_bound,
             fixed_step=self._fixed_step,
             fixed_batch=self._fixed_batch,
-            default_batch=self._default_batch,
+            default_batch=self.minibatches.default_size,
             pool_size=self._pool_size(),
             replace=self.replace,
         )
@@ -728,7 +673,9 @@ class SubsamplingStep(ArrayStepShared):
             cv_order=self.cv_order,
             batch_size=self.batch_size,
             noise_share=self.noise_share,
-            noise_variance=lambda order, n: self._noise.variance(order) * self._batch_factor(n),
+            noise_variance=lambda order, n: (
+                self._noise.variance(order) * self.minibatches.batch_factor(n)
+            ),
             unit_noise_variance=self._noise.variance,
             order_choice=self._second_order_available and self.cv_mode == "auto",
         )
@@ -739,16 +686,11 @@ class SubsamplingStep(ArrayStepShared):
         if choice.cv_order is not None:
             self.cv_order = choice.cv_order
         if choice.batch_size is not None and choice.batch_size != self.batch_size:
-            self._resize_batch(choice.batch_size)
+            self.minibatches.resize(choice.batch_size)
         if choice.step_size is not None:
             self.step_size = choice.step_size
         if choice.inner and not self._fixed_inner:
             self.inner_steps = min(self.default_inner(), self.max_inner_steps)
-
-    def _resize_batch(self, batch_size: int) -> None:
-        self.batch_size = int(batch_size)
-        self._rows.resize(self.batch_size)
-        self._set_up_weights()
 
     @abstractmethod
     def _transitions(
@@ -768,35 +710,3 @@ def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:
     own = {name: point[name] for name in step.var_names}
     new, stats = step.astep(DictToArrayBijection.map(own))
     return DictToArrayBijection.rmap(new, start_point=point), stats
-
-
-def check_positive(name: str, value: Any, allow_zero: bool = False) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is a finite positive (or, with
-    ``allow_zero``, non-negative) number."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be a {kind} finite number, got {value!r}.")
-
-
-def _check_preconditioner(kind: str, dim: int) -> str:
-    if kind == "auto":
-        return "dense" if dim <= DENSE_PRECONDITIONER_MAX_DIM else "diag"
-    if kind not in ("dense", "diag", "identity"):
-        raise ValueError(
-            f"preconditioner must be 'auto', 'dense', 'diag' or 'identity', got {kind!r}."
-        )
-    return kind
-
-
-def _check_control_variates(value: bool | str) -> str:
-    if value is True or value == "auto":
-        return "auto"
-    if value is False or value == "none":
-        return "none"
-    if value in ("first", "second"):
-        return value
-    raise ValueError(
-        f"control_variates must be True, False, 'auto', 'first' or 'second', got {value!r}."
-    )

@@ -23,6 +23,8 @@ __all__ = [
     "LOGP_DROP_DIVERGENCE",
     "DivergenceCheck",
     "LogDensityTrack",
+    "kept_divergence_message",
+    "rejected_divergence_message",
 ]
 
 #: a draw whose log-density estimate falls by more than this is a divergence (NUTS: 1000)
@@ -108,3 +110,26 @@ class LogDensityTrack:
         delta = lp - self._mean
         self._mean += weight * delta
         self._var = (1.0 - weight) * (self._var + weight * delta * delta)
+
+
+def kept_divergence_message(sampler: str, blew_up: bool) -> str:
+    """The warning for a divergence that a sampler with an accept step keeps."""
+    what = (
+        "an accepted move reached a point that looks like a numerical blow-up (far out "
+        "in the preconditioned coordinates, or a log-density drop of more than "
+        f"{LOGP_DROP_DIVERGENCE:g}); the chain kept it, since its accept test decided"
+        if blew_up
+        else "a trajectory met a non-finite value or a large energy error and was rejected"
+    )
+    return (
+        f"{sampler}: {what}; the draw is recorded as diverging. If this repeats, lower step_size."
+    )
+
+
+def rejected_divergence_message(sampler: str) -> str:
+    """The warning for a rejected (restarted) divergent draw."""
+    return (
+        f"{sampler}: a non-finite value or a log-density drop of more than "
+        f"{LOGP_DROP_DIVERGENCE:g} appeared; the draw was rejected and recorded as "
+        "diverging. If this repeats, lower step_size or raise batch_size."
+    )

@@ -16,8 +16,9 @@ from pymc_bigdata.kernels.ewsg import (
     momentum_update,
     stationary_covariance,
 )
-from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["EWSG"]
 

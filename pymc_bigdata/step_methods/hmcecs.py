@@ -18,26 +18,26 @@ from typing import Any, ClassVar
 import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
-from pymc_bigdata.difference_terms import TAYLOR_ORDERS, control_variate_sum
 from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
     HMCECSInfo,
     HMCECSState,
     Subsample,
-    block_poisson_log_abs,
-    block_poisson_settings,
-    draw_block_subsample,
-    draw_poisson_subsample,
     hmcecs_step,
-    perturbed_loglik,
-    propose_block,
-    propose_products,
 )
 from pymc_bigdata.layer import Anchor
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.step_methods.alarms import HMCECSAlarm
-from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.hmcecs_estimates import (
+    EstimatorSettings,
+    ExactCache,
+    SubsampleEstimates,
+    take_pool_rows,
+)
+from pymc_bigdata.step_methods.hmcecs_settings import TAYLOR_SPACES, check_settings
+from pymc_bigdata.step_methods.hmcecs_tuning import SubsampleTuning
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["HMCECS"]
@@ -48,15 +48,6 @@ MIN_SUBSAMPLE = 100
 #: most leapfrog steps per iteration (a trajectory shorter than asked for beyond it)
 MAX_LEAPFROG = 200
 
-#: the automatic m holds this quantile of sigma_hat^2 over the tuning draws at the target: the
-#: bias correction exp(-sigma_hat^2 / 2) of (4.5) is exact only for normal estimates, and the
-#: variance grows fast away from the anchor (as |theta - theta*|^6 with second-order
-#: control variates), so a mean near 1 lets the tails carry variances of 5-20, where the
-#: perturbed posterior is visibly too light (measured: sd ratio 0.835 on a hierarchical model)
-SIZE_QUANTILE = 0.9
-
-#: the recent tuning draws at which ``taylor_space="auto"`` compares the two expansions
-SPACE_DRAWS = 10
 
 #: ``taylor_space="auto"`` compares the expansions for the signed estimator only. The
 #: perturbed one keeps the parameters: its gradient (4.7) carries ``grad sigma_hat^2``, whose
@@ -69,10 +60,6 @@ AUTO_SPACE_ESTIMATORS = ("signed",)
 
 #: a window re-fits the anchor only from at least this many draws
 MIN_REFIT_DRAWS = 20
-
-#: tuning draws after which ``m`` (or ``lambda``, ``a``) is re-chosen, then every this many
-RETUNE_AT = (10, 25, 50)
-RETUNE_EVERY = 50
 
 
 class HMCECS(SubsamplingStep):
@@ -165,7 +152,7 @@ class HMCECS(SubsamplingStep):
     }
 
     #: the Taylor expansion's spaces (``taylor_space``)
-    taylor_spaces: ClassVar[tuple[str, ...]] = ("auto", "parameters", "likelihood_inputs")
+    taylor_spaces: ClassVar[tuple[str, ...]] = TAYLOR_SPACES
 
     def __init__(
         self,
@@ -188,63 +175,31 @@ class HMCECS(SubsamplingStep):
         taylor_space: str = "auto",
         **kwargs,
     ):
-        if estimator not in ("perturbed", "signed"):
-            raise ValueError(f"estimator must be 'perturbed' or 'signed', got {estimator!r}.")
-        if taylor_space not in self.taylor_spaces:
-            raise ValueError(
-                f"taylor_space must be one of {self.taylor_spaces}, got {taylor_space!r}."
-            )
-        self._given_space = taylor_space
-        for key in ("batch_size", "inner_steps", "replace", "reshuffle"):
-            if key in kwargs:
-                raise TypeError(
-                    f"HMCECS has no {key!r}: it draws its subsample uniformly with replacement "
-                    "(use subsample_size, blocks, minibatch, products)."
-                )
-        if taylor_order is not None and taylor_order not in TAYLOR_ORDERS:
-            raise ValueError(f"taylor_order must be 0, 1 or 2, got {taylor_order!r}.")
-        self.estimator = estimator
-        self._given_blocks = _check_count("blocks", blocks)
-        self._given_products = _check_count("products", products)
-        self.refreshed_products = _check_count("refreshed_products", refreshed_products)
-        if self._given_products is not None and self.refreshed_products > self._given_products:
-            raise ValueError(
-                f"refreshed_products ({refreshed_products}) must be at most products ({products})."
-            )
-        if lower_bound is not None and not (
-            isinstance(lower_bound, int | float) and math.isfinite(lower_bound)
-        ):
-            raise ValueError(f"lower_bound must be a finite number, got {lower_bound!r}.")
+        counts = check_settings(
+            estimator=estimator,
+            taylor_space=taylor_space,
+            taylor_order=taylor_order,
+            subsample_size=subsample_size,
+            blocks=blocks,
+            minibatch=minibatch,
+            products=products,
+            lower_bound=lower_bound,
+            refreshed_products=refreshed_products,
+            trajectory_length=trajectory_length,
+            target_accept=target_accept,
+            loglik_var_target=loglik_var_target,
+            sign_tolerance=sign_tolerance,
+            base_keys=kwargs,
+        )
+        self.estimator, self._given_space, self._given_order = estimator, taylor_space, taylor_order
+        self._given_size, self._given_blocks = counts.subsample_size, counts.blocks
+        self._given_minibatch, self._given_products = counts.minibatch, counts.products
         self._given_lower_bound = None if lower_bound is None else float(lower_bound)
-        if (products is None) != (lower_bound is None):
-            raise ValueError("Give both products and lower_bound (lambda and a), or neither.")
-        check_positive("trajectory_length", trajectory_length)
-        check_positive("loglik_var_target", loglik_var_target)
-        if not (isinstance(target_accept, int | float) and 0 < target_accept < 1):
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
-        if not (isinstance(sign_tolerance, int | float) and 0 < sign_tolerance < 1):
-            raise ValueError(f"sign_tolerance must be in (0, 1), got {sign_tolerance!r}.")
+        self.refreshed_products = counts.refreshed_products
         self.trajectory_length = float(trajectory_length)
         self.target_accept = float(target_accept)
         self.loglik_var_target = float(loglik_var_target)
         self.sign_tolerance = float(sign_tolerance)
-        self._given_order = taylor_order
-        self._given_size = _check_count("subsample_size", subsample_size)
-        self._given_minibatch = _check_count("minibatch", minibatch)
-        if estimator == "signed" and (subsample_size is not None or blocks is not None):
-            raise ValueError(
-                "subsample_size and blocks belong to the perturbed estimator; the signed one's "
-                "are minibatch, products, lower_bound and refreshed_products."
-            )
-        signed_only = {"minibatch": minibatch, "products": products, "lower_bound": lower_bound}
-        given = [k for k, v in signed_only.items() if v is not None]
-        if refreshed_products != 1:
-            given.append("refreshed_products")
-        if estimator == "perturbed" and given:
-            raise ValueError(
-                f"{', '.join(given)} belong to the signed estimator (estimator='signed'); the "
-                "perturbed one's are subsample_size and blocks."
-            )
         cv = {None: True, 0: "first", 1: "first", 2: "second"}[taylor_order]
         kwargs.setdefault("control_variates", cv)
         if kwargs["control_variates"] in (False, "none"):
@@ -315,20 +270,21 @@ class HMCECS(SubsamplingStep):
         self._evaluation: Evaluation | None = None
         self._info: HMCECSInfo | None = None
         self._anchor_seen = self.anchor
-        self._piloted = False
         self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
-        self._window_spread: list[float] = []  # the window's m sigma_hat^2 (or sigma^2)
-        self._unit_vars: list[float] = []  # perturbed: m sigma_hat^2 per tuning draw
-        self._level_draws: list[tuple[float, float]] = []  # signed: (mu_hat, var of d_hat)
+        self._tuning = SubsampleTuning(
+            signed=self.estimator == "signed",
+            loglik_var_target=self.loglik_var_target,
+            sign_tolerance=self.sign_tolerance,
+            min_subsample=self.min_subsample,
+        )
         self.inner_steps = self._n_steps()
         self.taylor_space = "parameters" if self._given_space == "auto" else self._given_space
-        self._recent_thetas: list[np.ndarray] = []  # tuning draws the space is chosen from
 
     def _reset_kernel_state(self) -> None:
         """Keep the subsample (redrawing it outside the MH update would bias ``u``'s law);
         re-evaluate at the next draw (the coordinates or the anchor may have changed)."""
         self._evaluation = None
-        self._exact_evaluation: tuple | None = None
+        self._exact_evaluation: ExactCache = None
 
     @property
     def blocks(self) -> int:
@@ -347,12 +303,7 @@ class HMCECS(SubsamplingStep):
         and an end-of-chain warning say when that shortened the trajectories)."""
         return min(MAX_LEAPFROG, self._wanted_steps())
 
-    # ------------------------------------------------------------------ the two callbacks
-    def _take(self, positions: np.ndarray) -> list[np.ndarray]:
-        """Rows at ``positions`` of the pool (the rows outside the census stratum)."""
-        pool = self._pool_rows
-        return self.layer.take_rows(positions if pool is None else pool[positions])
-
+    # ------------------------------------------------------------------ the estimates
     @property
     def exact(self) -> bool:
         """Whether the perturbed estimator's ``m`` reaches the pool of subsampled rows: the
@@ -360,117 +311,58 @@ class HMCECS(SubsamplingStep):
         not ``m`` rows drawn with replacement, which would still be noisy."""
         return self.estimator == "perturbed" and self.subsample_size >= self._pool_size()
 
-    def _fresh_subsample(self) -> Subsample:
-        n_rows = self._pool_size()
-        if self.exact:  # every row, read by full-data passes: u has nothing to vary
-            return Subsample(np.arange(n_rows), ())
-        if self.estimator == "perturbed":
-            return draw_block_subsample(
-                n_rows, self.subsample_size, self.blocks, self._take, self.rng
-            )
-        return draw_poisson_subsample(n_rows, self.minibatch, self.products, self._take, self.rng)
-
-    def _propose(self, u: Subsample, rng: np.random.Generator) -> Subsample:
-        if self.exact:
-            return u
-        if self.estimator == "perturbed":
-            return propose_block(u, self._pool_size(), self._take, rng)
-        return propose_products(
-            u, self._pool_size(), min(self.refreshed_products, self.products), self._take, rng
+    def _estimates(self) -> SubsampleEstimates:
+        """This draw's estimates (:mod:`.hmcecs_estimates`) under the current settings."""
+        settings = EstimatorSettings(
+            self.estimator,
+            self.taylor_order,
+            self.taylor_space,
+            self.subsample_size,
+            self.blocks,
+            self.minibatch,
+            self.products,
+            self.refreshed_products,
+            self.lower_bound,
         )
-
-    def _evaluate(self, z: np.ndarray, u: Subsample) -> Evaluation:
-        """``log |L_hat(theta; u)| + log p(theta)`` and its gradient in ``z`` (Eqs. 4.5, 4.7
-        with ``grad sigma_hat^2``, or 5.1), ``sigma_hat^2`` and the sign; with ``exact``, the
-        full-data log posterior."""
-        if self.exact:
-            return self._evaluate_exactly(z)
-        theta = self.precond.theta(z)
-        terms, order = self.layer.difference_terms, self.taylor_order
-        rows, n_census, pool = self._with_census(list(u.rows)), len(self.census), self._pool_size()
-        self._rows_read += n_census + len(u.indices)
-        try:
-            space = self.taylor_space
-            if self.estimator == "perturbed":
-                prior, d, g = terms.perturbed(
-                    theta, rows, self.anchor, order, n_census, pool, space
-                )
-            else:
-                prior, d, g = terms.block_poisson(
-                    theta,
-                    rows,
-                    self.anchor,
-                    order,
-                    self.minibatch,
-                    self.lower_bound,
-                    n_census,
-                    pool,
-                    space,
-                )
-        except ParameterValueError:
-            return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
-        cv_sum, cv_grad = control_variate_sum(theta, self.anchor, order, space, self.layer)
-        census, sampled = float(d[:n_census].sum()), d[n_census:]
-        if self.estimator == "perturbed":
-            loglik, loglik_var = perturbed_loglik(cv_sum, sampled, pool, census)
-            sign = 1
-        else:
-            loglik, sign = block_poisson_log_abs(
-                cv_sum + census, sampled, pool, self.minibatch, self.products, self.lower_bound
-            )
-            loglik_var = self._minibatch_variance(sampled)
-        grad_z = self.precond.grad_z(g + cv_grad)
-        level = pool * float(sampled.mean()) if len(sampled) else 0.0
-        return Evaluation(prior + loglik, grad_z, loglik_var, sign, level)
-
-    def _evaluate_exactly(self, z: np.ndarray) -> Evaluation:
-        """The full-data log posterior and its gradient at ``z`` (one chunked pass; the
-        u-update proposes the same ``u``, so the last evaluation is reused)."""
-        cached = self._exact_evaluation
-        if cached is not None and cached[0] is self.precond and np.array_equal(cached[1], z):
-            return cached[2]
-        self._rows_read += self.layer.n_rows
-        try:
-            logp, grad = self.layer.full_logp_grad(self.precond.theta(z))
-        except ParameterValueError:
-            return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
-        evaluation = Evaluation(float(logp), self.precond.grad_z(grad), 0.0, 1, math.nan)
-        self._exact_evaluation = (self.precond, z, evaluation)
-        return evaluation
-
-    def _minibatch_variance(self, d: np.ndarray) -> float:
-        """Signed: ``Var log |L_hat| ~ sigma^2 / lambda`` with ``sigma^2 = N^2 var(d) / m`` the
-        variance of one minibatch estimate, from the residuals' spread."""
-        if len(d) < 2:
-            return math.nan
-        pool, m = self._pool_size(), self.minibatch
-        return pool * pool * float(np.var(d, ddof=1)) / m / self.products
+        return SubsampleEstimates(
+            self.layer,
+            self.minibatches,
+            self._pool_rows,
+            self.precond,
+            self.anchor,
+            settings,
+            self._exact_evaluation,
+        )
 
     # ------------------------------------------------------------------ one draw
     def _transitions(
         self, z0: np.ndarray, oracle: GradientOracle
     ) -> tuple[np.ndarray, bool, DrawRecord]:
-        """One Algorithm 1 iteration on its own estimates (``_evaluate``), not the oracle."""
-        self._rows_read = 0
-        if self.tune and not self._piloted:
+        """One Algorithm 1 iteration on its own estimates (:mod:`.hmcecs_estimates`), not the
+        oracle."""
+        if self.tune and not self._tuning.piloted:
             self._pilot(z0)
+        estimates = self._estimates()
         if self._subsample is None:
-            self._subsample = self._fresh_subsample()
+            self._subsample = estimates.fresh(self.rng)
             self._evaluation = None
         if self._evaluation is None:
-            self._evaluation = self._evaluate(z0, self._subsample)
+            self._evaluation = estimates.evaluate(z0, self._subsample)
         state = HMCECSState(z0, self._subsample, self._evaluation)
         new_state, info = hmcecs_step(
-            state, self._evaluate, self._propose, self.step_size, self.inner_steps, self.rng
+            state, estimates.evaluate, estimates.propose, self.step_size, self.inner_steps, self.rng
         )
+        self._exact_evaluation = estimates.exact_cache
         self._info = info
         self._subsample, self._evaluation = new_state.subsample, new_state.evaluation
         if self.tune and self.adapt:
             self._tune_step(info)
-            self._measure_position(self.precond.theta(new_state.position))
+            self._tuning.note_position(self.precond.theta(new_state.position))
             self._measure(new_state.evaluation)
         evaluation = new_state.evaluation
-        record = DrawRecord(self._rows_read, new_state.position, evaluation.grad, evaluation.logp)
+        record = DrawRecord(
+            estimates.rows_read, new_state.position, evaluation.grad, evaluation.logp
+        )
         return new_state.position, not info.diverging, record
 
     def _tune_step(self, info: HMCECSInfo) -> None:
@@ -480,46 +372,32 @@ class HMCECS(SubsamplingStep):
         self.step_size = self._step_policy.update(accept)
         self.inner_steps = self._n_steps()
 
+    # ------------------------------------------------------------------ tuning m, lambda, a
     def _measure(self, evaluation: Evaluation) -> None:
         """Collect what the automatic ``m`` (or ``lambda``, ``a``) is chosen from, and re-choose
         it on the schedule (until the terminal buffer, so that the step size settles with it)."""
-        if math.isfinite(evaluation.loglik_var) and not self.exact:  # exact: nothing to learn
-            if self.estimator == "perturbed":
-                unit_var = evaluation.loglik_var * self.subsample_size
-                self._unit_vars.append(unit_var)
-                self._window_spread.append(unit_var)
-            elif math.isfinite(evaluation.level):
-                sigma2 = evaluation.loglik_var * self.products
-                self._level_draws.append((evaluation.level, sigma2))
-                self._window_spread.append(sigma2)
-        index = self._draw_index + 1
+        if not self.exact:  # exact: nothing to learn
+            self._tuning.measure(evaluation, self.subsample_size, self.products)
         terminal_start = self._windows.terminal_start
         last = terminal_start if terminal_start else self._chain_tune
-        scheduled = index in RETUNE_AT or (index > RETUNE_AT[-1] and index % RETUNE_EVERY == 0)
-        if scheduled and index <= last:
-            self._choose_space(self._recent_thetas)
+        if self._tuning.due(self._draw_index + 1, last):
+            self._choose_space(self._tuning.recent_thetas)
             self._retune_subsample()
 
-    def _measure_position(self, theta: np.ndarray) -> None:
-        self._recent_thetas = [*self._recent_thetas[-(SPACE_DRAWS - 1) :], theta]
-
-    # ------------------------------------------------------------------ tuning m, lambda, a
     def _pilot(self, z0: np.ndarray) -> None:
         """At a chain's first tuning draw: the Taylor space (``"auto"``) and one estimate of
         the residuals' spread at the start (``min(1000, N)`` rows), so that the first
         iterations already use a sensible size."""
-        self._piloted = True
+        self._tuning.piloted = True
         fixed = (self.estimator == "perturbed" and self._given_size is not None) or (
             self.estimator == "signed" and self._given_products is not None
         )
         if fixed and len(self._candidate_spaces()) == 1:
             return  # nothing to choose: no measurement, no random numbers used
         self._choose_space([self.precond.theta(z0)], force=True)
-        if fixed:
-            self._unit_vars, self._level_draws = [], []
-            return
-        self._retune_subsample()
-        self._unit_vars, self._level_draws = [], []
+        if not fixed:
+            self._retune_subsample()
+        self._tuning.forget()
 
     def _candidate_spaces(self) -> list[str]:
         if self._given_space != "auto":
@@ -540,9 +418,24 @@ class HMCECS(SubsamplingStep):
         spaces = self._candidate_spaces()
         if not thetas or (len(spaces) == 1 and not force):
             return
+        spreads = self._residual_spreads(spaces, thetas)
+        if not spreads:
+            return
+        best = self._tuning.best_space(spreads)
+        if best != self.taylor_space:  # the measurements so far belong to the other expansion
+            self.taylor_space = best
+            self._evaluation = None
+            self._tuning.forget()
+        self._tuning.seed(spreads[best], self._pool_size(), self.minibatch)
+
+    def _residual_spreads(
+        self, spaces: list[str], thetas: list[np.ndarray]
+    ) -> dict[str, list[tuple[float, float]]]:
+        """Per space, ``(N mean, N variance)`` of the Taylor residuals at each of ``thetas``
+        on one fresh set of ``min(1000, N)`` rows (non-finite ones left out)."""
         n_rows = self._pool_size()
-        rows_n = min(1000, n_rows)
-        rows = self._take(self.rng.integers(n_rows, size=rows_n))
+        positions = self.rng.integers(n_rows, size=min(1000, n_rows))
+        rows = take_pool_rows(self.layer, self._pool_rows, positions)
         spreads: dict[str, list[tuple[float, float]]] = {}
         ddof = 0 if self.estimator == "perturbed" else 1  # as (4.3), and the signed rule's
         for space in spaces:
@@ -559,61 +452,23 @@ class HMCECS(SubsamplingStep):
                     measured.append((n_rows * float(d.mean()), n_rows * spread))
             if measured:
                 spreads[space] = measured
-        if not spreads:
-            return
-        best = min(spreads, key=lambda sp: float(np.quantile([v for _, v in spreads[sp]], 0.9)))
-        switched = best != self.taylor_space
-        if switched:  # the measurements so far belong to the other expansion
-            self.taylor_space = best
-            self._evaluation = None
-            self._unit_vars, self._level_draws = [], []
-        # per-row variance times N: m sigma_hat^2 (perturbed) or m sigma^2 (signed)
-        unit = [n_rows * var for _, var in spreads[best]]
-        if self.estimator == "perturbed":
-            self._unit_vars = [*self._unit_vars, *unit]
-        else:
-            levels = [(level, u / self.minibatch) for (level, _), u in zip(spreads[best], unit)]
-            self._level_draws = [*self._level_draws, *levels]
+        return spreads
 
     def _retune_subsample(self) -> None:
+        """Apply the tuning's ``m`` (perturbed) or ``lambda``, ``a`` (signed), unless given;
+        a change redraws the subsample."""
+        pool = self._pool_size()
         if self.estimator == "perturbed":
-            self._retune_size()
-        else:
-            self._retune_products()
-
-    def _retune_size(self) -> None:
-        """``m = mean(m sigma_hat^2) / target``, within ``[max(100, G), N]``."""
-        if self._given_size is not None or not self._unit_vars:
+            size = None if self._given_size is not None else self._tuning.subsample_size(pool)
+            if size is not None and size != self.subsample_size:
+                self.subsample_size = size
+                self._subsample = self._evaluation = None
             return
-        wanted = float(np.quantile(self._unit_vars, SIZE_QUANTILE)) / self.loglik_var_target
-        size = int(min(self._pool_size(), max(self.min_subsample, math.ceil(wanted))))
-        if size != self.subsample_size:
-            self.subsample_size = size
-            self._subsample = self._evaluation = None
-        self._unit_vars = []
-
-    def _retune_products(self) -> None:
-        if self._given_products is not None or not self._level_draws:
+        if self._given_products is not None:
             return
-        # the later half of the draws measured since the anchor (or the Taylor space) last
-        # changed: sigma^2 at a draw does not depend on lambda, so they all count (one
-        # window's 50 draws gave lambda from 4 to 34 on one chain)
-        recent = self._level_draws[len(self._level_draws) // 2 :]
-        levels = np.array([level for level, _ in recent])
-        within = np.array([sigma2 for _, sigma2 in recent])
-        # one minibatch estimate's variance about a fixed a: within a draw (its
-        # SIZE_QUANTILE over the draws, as for m), plus across draws
-        spread = float(np.quantile(within, SIZE_QUANTILE))
-        variance = spread + (float(np.var(levels)) if len(levels) > 1 else 0.0)
-        lam, a = block_poisson_settings(
-            float(np.mean(levels)),
-            math.sqrt(variance),
-            self.loglik_var_target,
-            self.sign_tolerance,
-            max_products=max(1, math.ceil(self._pool_size() / self.minibatch)),
-        )
-        if lam != self.products or a != self.lower_bound:
-            self.products, self.lower_bound = lam, a
+        settings = self._tuning.signed_settings(pool, self.minibatch)
+        if settings is not None and settings != (self.products, self.lower_bound):
+            self.products, self.lower_bound = settings
             self._subsample = self._evaluation = None
 
     # ------------------------------------------------------------------ base hooks
@@ -627,26 +482,15 @@ class HMCECS(SubsamplingStep):
             self._window_count += 1
         ended = super()._adapt(theta)
         if ended:
-            if self._poor_control_variates() and self._window_count >= MIN_REFIT_DRAWS:
+            poor = self._tuning.poor_control_variates()
+            if poor and self._window_count >= MIN_REFIT_DRAWS:
                 self._refit_anchor(self._window_sum / self._window_count)
             self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
-            self._window_spread = []
+            self._tuning.window_ended()
         if self.anchor is not self._anchor_seen:
             self._anchor_seen = self.anchor
-            self._unit_vars, self._level_draws = [], []
+            self._tuning.forget()
         return ended
-
-    def _poor_control_variates(self) -> bool:
-        """Whether the window's estimates needed more rows than the smallest automatic ``m``
-        (their ``SIZE_QUANTILE`` of ``m sigma_hat^2`` above ``loglik_var_target`` times it):
-        the Taylor expansion is then off where the chain is (e.g. an anchor at a MAP far from
-        the posterior's bulk), which only a better anchor can fix cheaply."""
-        if not self._window_spread:
-            return False
-        spread = float(np.quantile(self._window_spread, SIZE_QUANTILE))
-        if self.estimator == "perturbed":  # m sigma_hat^2: the m that would meet the target
-            return spread / self.loglik_var_target > self.min_subsample
-        return spread > self.loglik_var_target  # one minibatch estimate's variance
 
     def _refit_anchor(self, center: np.ndarray) -> None:
         """Move the anchor to ``center`` with the full-data curvature there (second order,
@@ -700,12 +544,3 @@ class HMCECS(SubsamplingStep):
                 max_leapfrog=MAX_LEAPFROG,
             )
         ]
-
-
-def _check_count(name: str, value: int | None) -> int | None:
-    """None, or a positive integer (a clear error otherwise)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)

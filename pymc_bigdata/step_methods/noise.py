@@ -33,6 +33,17 @@ class NoiseAccumulator:
         if second is not None:
             self._fresh[2].add(second)
 
+    def keep(self, noise: tuple[np.ndarray, np.ndarray | None] | None) -> None:
+        """Keep a draw's measurement (first order, second order or None); dropped when the
+        draw made none or it is not finite, so that one blow-up does not decide the step
+        size for the rest of tuning; a non-finite second order alone is left out."""
+        if noise is None:
+            return
+        first, second = noise
+        if not np.all(np.isfinite(first)):
+            return
+        self.add(first, second if second is not None and np.all(np.isfinite(second)) else None)
+
     def measured(self) -> bool:
         return self._fresh[1].count > 0 or self._stale[1].count > 0
 

@@ -15,14 +15,15 @@ from pymc_bigdata.kernels.sbps import (
     Observation,
     SBPSSettings,
     SBPSState,
-    Skeleton,
     sbps_advance,
     sbps_init,
 )
 from pymc_bigdata.step_methods.alarms import SBPSAlarm
-from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
-from pymc_bigdata.step_methods.step_size import CurvatureStepSize, StepChoice, StepContext
+from pymc_bigdata.step_methods.sbps_paths import PathFunctions, continuous_estimates
+from pymc_bigdata.step_methods.sbps_tuning import DEFAULT_K, TravelTimeAndBand
+from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["SBPS", "pSBPS"]
 
@@ -40,17 +41,6 @@ TRAVEL_FACTOR = 2.0
 #: the coefficients, 1,023 / 685 / 332 / 46 for their squares, and worst sd ratios 0.926 /
 #: 0.961 / 0.879 / 0.865: 0.5
 REFRESH_FACTOR = 0.5
-
-#: ``k`` starts here; unless given, tuning raises it by ``K_GROWTH`` (up to ``K_MAX``) while
-#: more than ``VIOLATION_TARGET`` of the proposals violate the band (judged every
-#: ``K_MIN_PROPOSALS`` proposals or more).  The paper's k = 3 keeps violations at 0.04-0.3 % on
-#: GLMs; on skewed and hierarchical targets G(t) is curved and it let 1.6-4 % through
-#: (e.g. 210 of 5468 on the rare-event model), with sds up to 5 % too wide
-DEFAULT_K = 3.0
-K_GROWTH = 1.3
-K_MAX = 10.0
-VIOLATION_TARGET = 0.005
-K_MIN_PROPOSALS = 200
 
 
 class SBPS(SubsamplingStep):
@@ -177,10 +167,8 @@ class SBPS(SubsamplingStep):
             raise ValueError(
                 f"control_variates must be True or False for SBPS, got {control_variates!r}."
             )
-        self.path_functions = _check_path_functions(path_functions)
-        if not (isinstance(quadrature_nodes, int) and quadrature_nodes >= 1):
-            raise ValueError(f"quadrature_nodes must be an integer >= 1, got {quadrature_nodes!r}.")
-        self._quadrature = _gauss_legendre(quadrature_nodes)
+        self._paths = PathFunctions(path_functions, quadrature_nodes)
+        self.path_functions = self._paths.functions
         for name in ("step_size", "inner_steps"):
             if name in kwargs:
                 raise TypeError(f"SBPS has no {name}; use travel_time (travel per draw).")
@@ -204,21 +192,16 @@ class SBPS(SubsamplingStep):
             **kwargs,
         )
 
+    def _check_layer_settings(self) -> None:
+        """The path functions' shapes, on the model's initial point (before the MAP)."""
+        self._paths.check_shapes(self.layer.initial_theta)
+
     def _prepare(self) -> None:
         """The path statistics' dtypes, from the layer's dimension and the path functions'
         shapes (``_check_layer_settings``)."""
-        dim = self.layer.dim
-        # declared object: PyMC's NDArray backend stores one scalar per draw and stat whatever
-        # the shape; the DataTree then holds them as float64 (chain, draw, d)
         self.stats_dtypes_shapes = {
             **self.stats_dtypes_shapes,
-            "path_mean": (object, [dim]),
-            "path_sq_mean": (object, [dim]),
-            # scalar functions as float64 (an object scalar would gain a dimension of size 1)
-            **{
-                f"path_{name}": (object if shape else np.float64, list(shape))
-                for name, shape in self._path_shapes.items()
-            },
+            **self._paths.stats_dtypes_shapes(self.layer.dim),
         }
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
 
@@ -341,7 +324,7 @@ class SBPS(SubsamplingStep):
         gradient of ``U`` in z, on demand."""
         theta = self.precond.theta(z)
         u = self.precond.direction(direction_z)
-        rows = self._with_census(self.layer.take_rows(self._rows.draw()))
+        rows = self.minibatches.with_census(self.minibatches.draw())
         n_census, n = len(self.census), self.batch_size
         touched = n + n_census
         try:
@@ -355,10 +338,10 @@ class SBPS(SubsamplingStep):
         if self.anchor is not None:
             slope += float(u @ self.anchor.loglik_grad)
         spread = (float(sampled @ sampled) - total * total / n) / (n - 1)  # sample variance
-        noise_var = pool * pool * self._batch_factor(n) * max(spread, 0.0)
+        noise_var = pool * pool * self.minibatches.batch_factor(n) * max(spread, 0.0)
 
         def gradient() -> np.ndarray:
-            g = self.layer.estimate_grad(theta, rows, self.anchor, self._weights)
+            g = self.layer.estimate_grad(theta, rows, self.anchor, self.minibatches.weights)
             return -self.precond.grad_z(g)
 
         return Observation(-slope, noise_var, touched, gradient)
@@ -381,10 +364,7 @@ class SBPS(SubsamplingStep):
                 **stats,
                 "path_mean": np.full(dim, np.nan),
                 "path_sq_mean": np.full(dim, np.nan),
-                **{
-                    f"path_{name}": np.full(shape, np.nan)
-                    for name, shape in self._path_shapes.items()
-                },
+                **self._paths.missing(),
             }
         travel = info.travelled if info.exhausted else self.step_size
         return {
@@ -400,135 +380,17 @@ class SBPS(SubsamplingStep):
             "k": self.k,
             "path_mean": info.integral / travel,
             "path_sq_mean": info.integral_sq / travel,
-            **self._path_function_means(info.skeleton, travel),
+            **self._paths.means(info.skeleton, travel),
         }
-
-    # ------------------------------------------------------------------ path functions
-    def _check_layer_settings(self) -> None:
-        """The shape of one value of each path function, from two copies of the model's
-        initial point (before the full-data MAP search)."""
-        points = np.repeat(self.layer.initial_theta[None, :], 2, axis=0)
-        self._path_shapes = {}
-        for name, function in self.path_functions.items():
-            values = np.asarray(function(points), dtype=np.float64)
-            if values.ndim == 0 or values.shape[0] != 2:
-                raise ValueError(
-                    f"path_functions[{name!r}] must map an (m, d) array of unconstrained "
-                    f"parameter vectors (d = {self.layer.dim}) to an array of shape (m, ...); "
-                    f"on 2 points it returned shape {values.shape}."
-                )
-            self._path_shapes[name] = values.shape[1:]
-
-    def _path_function_means(self, skeleton: Skeleton | None, travel: float) -> dict:
-        """Time averages of the path functions along the draw's lines (Gauss-Legendre)."""
-        if not self.path_functions:
-            return {}
-        nodes, weights = self._quadrature
-        starts, ends, durations = skeleton
-        points = starts[:, None, :] + (ends - starts)[:, None, :] * nodes[None, :, None]
-        flat = points.reshape(-1, starts.shape[1])
-        means = {}
-        for name, function in self.path_functions.items():
-            values = np.asarray(function(flat), dtype=np.float64)
-            values = values.reshape(len(durations), len(nodes), *values.shape[1:])
-            line_means = np.tensordot(values, weights, axes=([1], [0]))
-            means[f"path_{name}"] = np.tensordot(durations, line_means, axes=1) / travel
-        return means
 
     def _make_alarms(self) -> list[SBPSAlarm]:
         """Exhausted proposals and bound violations far above the regression's prediction."""
         return [SBPSAlarm(sbps_kernel.MAX_PROPOSALS)]
 
     def continuous_estimates(self, idata, var_names: list[str] | None = None) -> xr.Dataset:
-        """Trajectory averages (Eq. 19) of the unconstrained parameters, over all chains.
-
-        Uses the ``path_mean`` and ``path_sq_mean`` stats of the kept draws: each is the
-        exact time average of ``theta`` (or ``theta^2``) along the straight pieces travelled
-        since the previous draw, so their mean over draws is the continuous-time average of
-        the whole trajectory after tuning (each draw weighted by its travel time).  Returns a
-        Dataset with, per value variable (by its unconstrained name, e.g. ``sigma_log__``),
-        ``<name>`` (mean) and ``<name>_sd``, and for each of ``path_functions`` its
-        trajectory average as ``path_<name>``.
-        """
-        stats = idata.sample_stats
-        travel = stats["travel_time"]  # time weights: a draw stopped early travelled less
-        total = travel.sum(dim=("chain", "draw"))
-        means = ((stats["path_mean"] * travel).sum(dim=("chain", "draw")) / total).values
-        squares = ((stats["path_sq_mean"] * travel).sum(dim=("chain", "draw")) / total).values
-        sds = np.sqrt(np.maximum(squares - means * means, 0.0))
-        out = {}
-        for name, sl, shape in self.layer.value_var_slices():
-            if var_names is not None and name not in var_names:
-                continue
-            out[name] = xr.DataArray(means[sl].reshape(shape))
-            out[f"{name}_sd"] = xr.DataArray(sds[sl].reshape(shape))
-        for name in self.path_functions:
-            key = f"path_{name}"
-            if key not in stats:
-                raise ValueError(
-                    f"the result has no stat {key!r}: was it sampled with this step's "
-                    "path_functions?"
-                )
-            out[key] = (stats[key] * travel).sum(dim=("chain", "draw")) / total
-        return xr.Dataset(out)
-
-
-class TravelTimeAndBand(CurvatureStepSize):
-    """SBPS's tuning policy: the travel time per draw follows the curvature default
-    (:class:`~.step_size.CurvatureStepSize`), and the band multiple ``k`` the tuning draws'
-    violation rate: raised by ``K_GROWTH`` while more than ``VIOLATION_TARGET`` of the
-    proposals since the last change violate the band, lowered back towards ``DEFAULT_K`` when
-    fewer than a fifth of that do (judged on at least ``K_MIN_PROPOSALS`` proposals)."""
-
-    def __init__(self, *, fixed_step: bool, k: float, fixed_k: bool):
-        super().__init__(fixed_step=fixed_step)
-        self.k, self.fixed_k = k, fixed_k
-        #: violations and proposals in tuning since k last changed
-        self._counts = np.zeros(2)
-
-    def observe(self, stats: dict) -> None:
-        """A tuning draw's violations and proposals (none for a rejected draw)."""
-        self._counts += (stats["violations"], stats["proposals"])
-
-    def choose(self, context: StepContext, final: bool) -> StepChoice:
-        """The travel time; ``k`` adapted (unless given, or at the end)."""
-        choice = super().choose(context, final)
-        if not self.fixed_k and not final:
-            self._adapt_k()
-        return choice
-
-    def _adapt_k(self) -> None:
-        violations, proposals = self._counts
-        if proposals < K_MIN_PROPOSALS:
-            return
-        rate = violations / proposals
-        if rate > VIOLATION_TARGET:
-            self.k = min(self.k * K_GROWTH, K_MAX)
-        elif rate < VIOLATION_TARGET / 5:
-            self.k = max(self.k / K_GROWTH**0.5, DEFAULT_K)
-        self._counts = np.zeros(2)
-
-
-def _check_path_functions(functions) -> dict[str, Callable]:
-    """``path_functions`` as a dict of callables with names usable in a stat name."""
-    if functions is None:
-        return {}
-    if not isinstance(functions, Mapping):
-        raise ValueError(
-            f"path_functions must be a dict of name -> function, got {type(functions).__name__}."
-        )
-    for name, function in functions.items():
-        if not (isinstance(name, str) and name.isidentifier()):
-            raise ValueError(f"path_functions: {name!r} is not a valid name.")
-        if not callable(function):
-            raise ValueError(f"path_functions[{name!r}] is not callable.")
-    return dict(functions)
-
-
-def _gauss_legendre(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes on [0, 1] and weights summing to 1."""
-    nodes, weights = np.polynomial.legendre.leggauss(count)
-    return 0.5 * (nodes + 1.0), 0.5 * weights
+        """Trajectory averages (Eq. 19) of the unconstrained parameters and of the
+        ``path_functions``, over all chains (:func:`~.sbps_paths.continuous_estimates`)."""
+        return continuous_estimates(idata, self.layer, list(self.path_functions), var_names)
 
 
 class pSBPS(SBPS):  # noqa: N801 - the paper's name

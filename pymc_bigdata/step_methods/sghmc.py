@@ -14,8 +14,9 @@ from pymc_bigdata.kernels.sghmc import (
     eq15_stationary_covariance,
     sghmc_steps,
 )
-from pymc_bigdata.step_methods.base import SubsamplingStep, check_positive
+from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["SGHMC"]
 

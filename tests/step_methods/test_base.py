@@ -395,7 +395,7 @@ def test_census_leaves_enough_rows_for_a_minibatch(small_logistic, monkeypatch):
     monkeypatch.setattr(layer, "_influence_chunks", lambda theta, directions: [(0, influence)])
     step = pmb.SGLD(model=model, layer=layer, batch_size=4900)
     assert len(step.census) == 100
-    assert len(step._rows.draw()) == 4900
+    assert len(step.minibatches.draw_indices()) == 4900
 
 
 def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):

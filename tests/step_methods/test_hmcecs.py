@@ -79,6 +79,9 @@ def test_stats_are_declared_and_sensible(perturbed_run):
     check_declared_stats(step, idata)
     stats = idata.sample_stats
     assert 0.5 < float(stats["accept_prob"].mean()) <= 1.0
+    # the tuned m keeps u mobile (not a test of the u-update's decision: the kernel tests
+    # test_subsample_update_accepts_with_the_exact_ratio and
+    # test_subsample_chain_has_its_conditional_law catch an always-accept or inverted ratio)
     assert float(stats["subsample_accept"].mean()) > 0.9
     assert np.all(stats["sign"].values == 1)  # perturbed: L_hat > 0
     n_steps = stats["n_steps"].values
@@ -227,7 +230,8 @@ def test_signed_divergent_draws_keep_their_sign(logistic):
     def check(trace, draw):
         recorded.append(int(draw.stats[0]["sign"]))
         diverging = bool(draw.stats[0]["diverging"])
-        kept = step._evaluate(step._last_z, step._subsample)  # the chain's state after the draw
+        # the chain's state after the draw, evaluated as the kernel does
+        kept = step._estimates().evaluate(step._last_z, step._subsample)
         recomputed.append((kept.sign, diverging))
 
     with model, warnings.catch_warnings():

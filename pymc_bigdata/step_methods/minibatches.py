@@ -1,0 +1,108 @@
+"""The rows a step's estimates read: the minibatch size, the census stratum, the weights.
+
+A step holds one :class:`Minibatches`. The rows of the census stratum (rows that would
+dominate the gradient noise: a rare feature, a tiny group) enter every estimate with weight
+1; the others are subsampled, ``n`` at a time, with weight ``(N - C) / n`` (stratified
+sampling: unbiased, and the census rows add no noise). The row source's index sampler draws
+the subsampled rows (with or without replacement, reshuffled or independent minibatches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_bigdata.layer import MinibatchModel
+
+__all__ = ["Minibatches"]
+
+
+class Minibatches:
+    """A step's minibatches (see the module docstring).
+
+    Parameters
+    ----------
+    layer
+        The model layer (its row source draws and reads the rows).
+    batch_size
+        Rows per minibatch ``n`` (the default the chain starts from).
+    census
+        Indices of the census stratum (possibly empty).
+    rng
+        The step's generator (replaced per chain by :meth:`reset`).
+    replace, reshuffle
+        Draw rows with replacement; without, walk through random permutations (reshuffled)
+        or draw independent minibatches.
+    """
+
+    def __init__(
+        self,
+        layer: MinibatchModel,
+        batch_size: int,
+        census: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        replace: bool,
+        reshuffle: bool,
+    ):
+        self.layer, self.census = layer, census
+        self.default_size = self.size = int(batch_size)
+        self.replace, self.reshuffle = replace, reshuffle
+        self._sampler = layer.rows.index_sampler(
+            self.size, rng, replace=replace, reshuffle=reshuffle, exclude=census
+        )
+        #: the census stratum's rows (None without one)
+        self.census_rows = layer.take_rows(census) if len(census) else None
+        self._set_weights()
+
+    @property
+    def pool_size(self) -> int:
+        """Rows subsampled (all but the census)."""
+        return self.layer.n_rows - len(self.census)
+
+    def batch_factor(self, batch_size: float) -> float:
+        """``1/n`` with replacement, ``1/n - 1/N`` without: the variance factor of an
+        ``n``-row estimate's sum over the pool."""
+        if self.replace:
+            return 1.0 / batch_size
+        return max(1.0 / batch_size - 1.0 / self.pool_size, 0.0)
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """A new chain's generator."""
+        self._sampler.reset(rng)
+
+    def restore_default(self) -> None:
+        """Back to the default size (a new chain's tuning starts from it)."""
+        if self.size != self.default_size:
+            self.resize(self.default_size)
+
+    def resize(self, batch_size: int) -> None:
+        """Draw ``batch_size`` rows per minibatch from now on."""
+        self.size = int(batch_size)
+        self._sampler.resize(self.size)
+        self._set_weights()
+
+    def draw_indices(self) -> np.ndarray:
+        """The next minibatch's row indices (census rows excluded)."""
+        return self._sampler.draw()
+
+    def draw(self) -> list[np.ndarray]:
+        """The next minibatch's rows (census rows excluded)."""
+        return self.layer.take_rows(self._sampler.draw())
+
+    def with_census(self, rows: list[np.ndarray]) -> list[np.ndarray]:
+        """``rows`` after the census stratum's rows (their weights come first)."""
+        if self.census_rows is None:
+            return rows
+        return [np.concatenate([c, r]) for c, r in zip(self.census_rows, rows)]
+
+    def _set_weights(self) -> None:
+        """The weights of a minibatch and of its halves (census rows first, weight 1)."""
+        n_census, n = len(self.census), self.size
+        rest = self.layer.n_rows - n_census
+        ones = np.ones(n_census)
+        half = n // 2
+        self.weights = np.concatenate([ones, np.full(n, rest / n)])
+        self.half_weights = (
+            np.concatenate([ones, np.full(half, rest / max(half, 1))]),
+            np.concatenate([ones, np.full(n - half, rest / max(n - half, 1))]),
+        )

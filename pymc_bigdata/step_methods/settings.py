@@ -1,0 +1,74 @@
+"""Checks of the settings every step method shares: clear errors before the MAP search."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "DENSE_PRECONDITIONER_MAX_DIM",
+    "check_control_variates",
+    "check_inner_steps",
+    "check_noise_bound",
+    "check_positive",
+    "check_preconditioner",
+    "check_step_size",
+]
+
+#: above this many parameters the automatic preconditioner is diagonal rather than dense
+DENSE_PRECONDITIONER_MAX_DIM = 200
+
+
+def check_positive(name: str, value: Any, allow_zero: bool = False) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is a finite positive (or, with
+    ``allow_zero``, non-negative) number."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a {kind} finite number, got {value!r}.")
+
+
+def check_step_size(step_size: Any) -> float:
+    """A given step size: a positive finite number."""
+    if not (isinstance(step_size, int | float) and math.isfinite(step_size) and step_size > 0):
+        raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
+    return float(step_size)
+
+
+def check_inner_steps(inner_steps: Any) -> int:
+    """Given transitions per draw: a positive integer."""
+    if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
+        raise ValueError(f"inner_steps must be a positive integer, got {inner_steps!r}.")
+    return int(inner_steps)
+
+
+def check_noise_bound(noise_bound: Any) -> float:
+    """The noise share's bound: a number in (0, 1)."""
+    if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
+        raise ValueError(f"noise_bound must be a number in (0, 1), got {noise_bound!r}.")
+    return float(noise_bound)
+
+
+def check_preconditioner(kind: str, dim: int) -> str:
+    """``"auto"`` resolved by the dimension, or one of the kinds."""
+    if kind == "auto":
+        return "dense" if dim <= DENSE_PRECONDITIONER_MAX_DIM else "diag"
+    if kind not in ("dense", "diag", "identity"):
+        raise ValueError(
+            f"preconditioner must be 'auto', 'dense', 'diag' or 'identity', got {kind!r}."
+        )
+    return kind
+
+
+def check_control_variates(value: bool | str) -> str:
+    """The control-variate mode: ``"auto"``, ``"none"``, ``"first"`` or ``"second"``."""
+    if value is True or value == "auto":
+        return "auto"
+    if value is False or value == "none":
+        return "none"
+    if value in ("first", "second"):
+        return value
+    raise ValueError(
+        f"control_variates must be True, False, 'auto', 'first' or 'second', got {value!r}."
+    )
