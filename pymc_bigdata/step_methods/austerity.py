@@ -2,7 +2,7 @@
 
 The test and the proposals are in :mod:`pymc_bigdata.kernels.austerity`; the per-row
 differences (plain, or residuals against the Taylor control variates) in
-:mod:`pymc_bigdata.difference_terms`. This adapter draws the rows of each decision lazily
+:mod:`pymc_bigdata.model.difference_terms`. This adapter draws the rows of each decision lazily
 from a fresh random permutation (:class:`~pymc_bigdata.rows.LazyPermutation`), supplies the
 terms of the log target ratio that need no rows, and tunes the proposal scale (dual
 averaging to a target acceptance, restarted whenever the base's preconditioner changes) on
@@ -23,7 +23,6 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
-from pymc_bigdata.difference_terms import control_variate_sum
 from pymc_bigdata.kernels.austerity import (
     Proposal,
     langevin_proposal,
@@ -31,6 +30,7 @@ from pymc_bigdata.kernels.austerity import (
     random_walk_proposal,
 )
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.difference_terms import control_variate_sum
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep

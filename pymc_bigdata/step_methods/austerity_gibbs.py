@@ -32,7 +32,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.kernels.austerity import gibbs_decision
-from pymc_bigdata.layer import MinibatchModel
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
 from pymc_bigdata.step_methods.base import step_own_vars
 from pymc_bigdata.step_methods.diagnostics import bias_warning

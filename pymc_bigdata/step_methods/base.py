@@ -31,7 +31,8 @@ from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
 from pymc_bigdata.errors import DivergenceWarning, StaleDataError
-from pymc_bigdata.layer import Anchor, MinibatchModel
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning

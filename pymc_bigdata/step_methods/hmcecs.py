@@ -1,7 +1,7 @@
 """HMC-ECS step method (Dang et al. 2019): perturbed and signed energy conserving subsampling.
 
 The algorithm is in :mod:`pymc_bigdata.kernels.hmcecs`; the per-row Taylor residuals in
-:mod:`pymc_bigdata.difference_terms`.  This adapter supplies the kernel's two callbacks
+:mod:`pymc_bigdata.model.difference_terms`.  This adapter supplies the kernel's two callbacks
 (the estimated log posterior at ``(z, u)`` and the subsample proposal), and tunes, on the
 base's schedule: the mass matrix (the base's preconditioner: the Laplace fit, then the tuning
 windows' draws), the anchor ``theta*`` (re-centred on the draws, Sec. 6.3), the step size (dual
@@ -25,8 +25,9 @@ from pymc_bigdata.kernels.hmcecs import (
     Subsample,
     hmcecs_step,
 )
-from pymc_bigdata.layer import Anchor
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.step_methods.alarms import HMCECSAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
@@ -113,7 +114,7 @@ class HMCECS(SubsamplingStep):
         Where the Taylor control variates are expanded: ``"parameters"`` (``theta``, the
         paper's), ``"likelihood_inputs"`` (``phi(theta)``, the parameter-only tensors the
         per-row log-likelihood reads, e.g. the group effects ``a = mu + tau * z`` of a
-        non-centred model; :mod:`pymc_bigdata.likelihood_inputs`) or ``"auto"`` (default):
+        non-centred model; :mod:`pymc_bigdata.model.likelihood_inputs`) or ``"auto"`` (default):
         for the signed estimator, in tuning, the one whose residuals vary less at the recent
         draws; for the perturbed one, the parameters (``AUTO_SPACE_ESTIMATORS``).  The stat
         ``taylor_inputs`` records the choice.  Both give unbiased estimators; they differ only
@@ -503,7 +504,7 @@ class HMCECS(SubsamplingStep):
                 hessian = layer.full_loglik_hessian(center)
             if not np.all(np.isfinite(hessian)):
                 return
-            hessian = 0.5 * (hessian + hessian.T)
+            hessian = symmetrised(hessian)
             curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, hessian)
         self.anchor = layer.anchor_at(center, curvature_from=curvature)
         self._evaluation = None

@@ -26,8 +26,9 @@ from pymc_bigdata.kernels.hmcecs import (
     propose_block,
     propose_products,
 )
-from pymc_bigdata.layer import Anchor, MinibatchModel
+from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.difference_terms import control_variate_sum
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 

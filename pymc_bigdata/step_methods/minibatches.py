@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_bigdata.layer import MinibatchModel
+from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = ["Minibatches"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.laplace import symmetrised
 
 __all__ = ["Preconditioner"]
 
@@ -147,9 +148,9 @@ class Preconditioner:
             curvature = precision * np.outer(self._scale, self._scale)
         else:
             curvature = self.matrix.T @ precision @ self.matrix
-        eig = np.linalg.eigvalsh(0.5 * (curvature + curvature.T))
+        eig = np.linalg.eigvalsh(symmetrised(curvature))
         return float(eig[0]), float(eig[-1])
 
 
 def _dense(matrix: np.ndarray) -> np.ndarray:
-    return np.diag(matrix) if matrix.ndim == 1 else 0.5 * (matrix + matrix.T)
+    return np.diag(matrix) if matrix.ndim == 1 else symmetrised(matrix)

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from pymc_bigdata.kernels.sbps import Skeleton
-from pymc_bigdata.layer import MinibatchModel
+from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = ["PathFunctions", "continuous_estimates"]
 

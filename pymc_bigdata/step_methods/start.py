@@ -10,8 +10,10 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_bigdata.errors import ModeWarning
-from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.laplace import symmetrised
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "StartingFit", "census_rows", "starting_fit"]
@@ -62,7 +64,7 @@ def fallback_anchor(layer: MinibatchModel, center: np.ndarray) -> tuple[Anchor, 
     """Anchor and a positive diagonal precision at ``center`` (the initial point)."""
     if layer.dim <= DENSE_HESSIAN_MAX_DIM:  # the Hessian's diagonal, kept for second order
         loglik_hess = layer.full_loglik_hessian(center)
-        loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+        loglik_hess = symmetrised(loglik_hess)
         diag = -np.diag(loglik_hess + layer.prior_hessian(center))
         anchor = layer.anchor_at(
             center, Anchor(center, 0.0, np.zeros(layer.dim), center, loglik_hess)

@@ -25,8 +25,10 @@ import numpy as np
 
 from pymc_bigdata.adaptation import RunningMoments, window_ends
 from pymc_bigdata.errors import ModeWarning
-from pymc_bigdata.layer import Anchor, MinibatchModel
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.laplace import symmetrised
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.windows import (
@@ -199,7 +201,7 @@ class WindowAdaptation:
             return None
         with np.errstate(all="ignore"):
             loglik_hess = layer.full_loglik_hessian(center)
-            loglik_hess = 0.5 * (loglik_hess + loglik_hess.T)
+            loglik_hess = symmetrised(loglik_hess)
             precision = bulk_precision(loglik_hess, layer.prior_hessian(center), moments)
         if precision is None:
             return None

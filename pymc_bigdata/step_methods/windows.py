@@ -13,6 +13,7 @@ import numpy as np
 
 from pymc_bigdata.adaptation import RunningMoments, blend_covariance, rescale_laplace
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.model.laplace import posterior_precision, symmetrised
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = [
@@ -98,8 +99,7 @@ def bulk_precision(
     sds raised to at least ``BULK_CURVATURE_FLOOR`` (non-positive ones included: an sd at
     most 3x the draws'); None when it or the window's variances are not usable."""
     with np.errstate(all="ignore"):
-        precision = -(loglik_hessian + prior_hessian)
-    precision = 0.5 * (precision + precision.T)
+        precision = posterior_precision(loglik_hessian, prior_hessian)
     window_var = diagonal(moments.covariance())
     if not (np.all(np.isfinite(precision)) and np.all(window_var > 0)):
         return None
@@ -107,7 +107,7 @@ def bulk_precision(
     values, vectors = np.linalg.eigh(precision * np.outer(scale, scale))
     values = np.maximum(values, BULK_CURVATURE_FLOOR)
     precision = (vectors * values) @ vectors.T / np.outer(scale, scale)
-    return 0.5 * (precision + precision.T)
+    return symmetrised(precision)
 
 
 def window_covariance(

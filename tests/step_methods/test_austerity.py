@@ -26,8 +26,8 @@ from conftest import (
 import pymc_bigdata as pmb
 import pymc_bigdata.step_methods.austerity as austerity_module
 from pymc_bigdata.datasets import sbps_paper_logistic
-from pymc_bigdata.difference_terms import control_variate_sum
 from pymc_bigdata.kernels.austerity import Proposal, mh_decision
+from pymc_bigdata.model.difference_terms import control_variate_sum
 from pymc_bigdata.rows import LazyPermutation
 
 
