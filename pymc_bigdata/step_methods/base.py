@@ -47,6 +47,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     MinibatchEstimator,
     NoiseSample,
 )
+from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
@@ -75,11 +76,6 @@ MEASURE_EVERY = 10
 
 #: most transitions per draw the automatic rule may choose (noise-limited step sizes)
 MAX_INNER_STEPS = 100
-
-
-#: Laplace fits kept for configurations of held (discrete) variables; the oldest is dropped
-#: beyond (a configuration met again is then re-fitted)
-MAX_CONFIGURATIONS = 256
 
 
 class SubsamplingStep(ArrayStepShared):
@@ -226,8 +222,7 @@ class SubsamplingStep(ArrayStepShared):
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
-        self._initial_key = self._configuration_key = self.layer.held_key
-        self._configurations = {self._initial_key: self._configuration()}
+        self.held_configurations = HeldConfigurations(self.layer.held_key, self._configuration())
         self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()  # every hook it calls now finds its sampler set up
 
@@ -263,14 +258,14 @@ class SubsamplingStep(ArrayStepShared):
         ]
 
     # ------------------------------------------------------------------ held variables
-    def _configuration(self) -> tuple:
-        return (self.laplace, self.anchor, self.cv_order, self.map_problem)
+    def _configuration(self) -> Configuration:
+        return Configuration(self.laplace, self.anchor, self.cv_order, self.map_problem)
 
     def step(self, point):
         """PyMC's step; first the held (discrete) variables' values from ``point``."""
         if self.layer.held_vars:
             self.layer.hold(self.layer.held_from_point(point))
-            if self.layer.held_key != self._configuration_key:
+            if self.layer.held_key != self.held_configurations.current:
                 self._switch_configuration()
         return step_own_vars(self, point)
 
@@ -282,14 +277,14 @@ class SubsamplingStep(ArrayStepShared):
         kernel restarts in that fit's coordinates. The step size (in those coordinates) and
         the batch size carry over."""
         key = self.layer.held_key
-        if key not in self._configurations:
-            if len(self._configurations) >= MAX_CONFIGURATIONS:
-                self._configurations.pop(next(iter(self._configurations)))
+        fit = self.held_configurations.get(key)
+        if fit is None:
             self._set_up_laplace(self._last_theta)
-            self._configurations[key] = self._configuration()
-        self.laplace, self.anchor, self.cv_order, self.map_problem = self._configurations[key]
+            fit = self._configuration()
+            self.held_configurations.add(key, fit)
+        self.laplace, self.anchor, self.cv_order, self.map_problem = fit
         self.precond = self.laplace
-        self._configuration_key = key
+        self.held_configurations.current = key
         self._last_theta = None  # astep restarts the kernel in the new coordinates
         self._divergence.restart()  # another target: its level is not comparable
         self._reset_kernel_state()
@@ -372,8 +367,7 @@ class SubsamplingStep(ArrayStepShared):
         self.laplace = self._initial_laplace
         self._draw_index = 0
         if self.layer.held_vars:
-            self._configuration_key = self._initial_key
-            self.map_problem = self._configurations[self._initial_key][3]
+            self.map_problem = self.held_configurations.restart().map_problem
         self._windows = WindowAdaptation(
             self.layer,
             self.preconditioner_kind,

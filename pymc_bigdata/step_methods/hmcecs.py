@@ -16,7 +16,6 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
@@ -25,7 +24,6 @@ from pymc_bigdata.kernels.hmcecs import (
     Subsample,
     hmcecs_step,
 )
-from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.step_methods.alarms import HMCECSAlarm
@@ -35,9 +33,14 @@ from pymc_bigdata.step_methods.hmcecs_estimates import (
     EstimatorSettings,
     ExactCache,
     SubsampleEstimates,
+    residual_spreads,
     take_pool_rows,
 )
-from pymc_bigdata.step_methods.hmcecs_settings import TAYLOR_SPACES, check_settings
+from pymc_bigdata.step_methods.hmcecs_settings import (
+    TAYLOR_SPACES,
+    check_layer_settings,
+    check_settings,
+)
 from pymc_bigdata.step_methods.hmcecs_tuning import SubsampleTuning
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
@@ -193,6 +196,7 @@ class HMCECS(SubsamplingStep):
             base_keys=kwargs,
         )
         self.estimator, self._given_space, self._given_order = estimator, taylor_space, taylor_order
+        self._given_counts = counts
         self._given_size, self._given_blocks = counts.subsample_size, counts.blocks
         self._given_minibatch, self._given_products = counts.minibatch, counts.products
         self._given_lower_bound = None if lower_bound is None else float(lower_bound)
@@ -217,31 +221,16 @@ class HMCECS(SubsamplingStep):
     # ------------------------------------------------------------------ set-up
     def _check_layer_settings(self) -> None:
         """The settings that need N or d, before the full-data MAP search."""
-        n_rows = self.layer.n_rows
-        for name, value in (
-            ("subsample_size", self._given_size),
-            ("minibatch", self._given_minibatch),
-        ):
-            if value is not None and value > n_rows:
-                raise ValueError(f"{name} ({value}) must be at most the N = {n_rows} rows.")
-        size = self._given_size if self._given_size is not None else min(1000, n_rows)
-        if self._given_blocks is not None and self._given_blocks > size:
-            raise ValueError(
-                f"blocks (G = {self._given_blocks}) must be at most the subsample size "
-                f"(m = {size}): each block holds at least one row."
-            )
-        if self._given_order == 2 and self.layer.dim > DENSE_HESSIAN_MAX_DIM:
-            raise ValueError(
-                "taylor_order=2 needs the full-data Hessian B, not computed for d = "
-                f"{self.layer.dim} > {DENSE_HESSIAN_MAX_DIM} parameters; use taylor_order=1."
-            )
-        inputs = self.layer.likelihood_inputs
-        if self._given_space == "likelihood_inputs" and not inputs.available:
-            raise ValueError(
-                "taylor_space='likelihood_inputs' is not available for this model: "
-                f"{inputs.reason}. Use taylor_space='parameters'."
-            )
-        self.min_subsample = min(n_rows, max(MIN_SUBSAMPLE, self._given_blocks or 0))
+        check_layer_settings(
+            self._given_counts,
+            self._given_order,
+            self._given_space,
+            self.layer.n_rows,
+            self.layer.dim,
+            self.layer.likelihood_inputs,
+        )
+        blocks = self._given_counts.blocks or 0
+        self.min_subsample = min(self.layer.n_rows, max(MIN_SUBSAMPLE, blocks))
 
     def _prepare(self) -> None:
         """The Taylor order (2 where the anchor has the full-data Hessian) and the pool of
@@ -419,7 +408,14 @@ class HMCECS(SubsamplingStep):
         spaces = self._candidate_spaces()
         if not thetas or (len(spaces) == 1 and not force):
             return
-        spreads = self._residual_spreads(spaces, thetas)
+        n_rows = self._pool_size()
+        positions = self.rng.integers(n_rows, size=min(1000, n_rows))
+        rows = take_pool_rows(self.layer, self._pool_rows, positions)
+        ddof = 0 if self.estimator == "perturbed" else 1  # as (4.3), and the signed rule's
+        terms = self.layer.difference_terms
+        spreads = residual_spreads(
+            terms, rows, self.anchor, self.taylor_order, spaces, thetas, n_rows, ddof
+        )
         if not spreads:
             return
         best = self._tuning.best_space(spreads)
@@ -428,32 +424,6 @@ class HMCECS(SubsamplingStep):
             self._evaluation = None
             self._tuning.forget()
         self._tuning.seed(spreads[best], self._pool_size(), self.minibatch)
-
-    def _residual_spreads(
-        self, spaces: list[str], thetas: list[np.ndarray]
-    ) -> dict[str, list[tuple[float, float]]]:
-        """Per space, ``(N mean, N variance)`` of the Taylor residuals at each of ``thetas``
-        on one fresh set of ``min(1000, N)`` rows (non-finite ones left out)."""
-        n_rows = self._pool_size()
-        positions = self.rng.integers(n_rows, size=min(1000, n_rows))
-        rows = take_pool_rows(self.layer, self._pool_rows, positions)
-        spreads: dict[str, list[tuple[float, float]]] = {}
-        ddof = 0 if self.estimator == "perturbed" else 1  # as (4.3), and the signed rule's
-        for space in spaces:
-            measured = []
-            for theta in thetas:
-                try:
-                    d = self.layer.difference_terms.residuals(
-                        theta, rows, self.anchor, self.taylor_order, space
-                    )
-                except ParameterValueError:
-                    continue
-                if np.all(np.isfinite(d)):
-                    spread = float(np.var(d, ddof=ddof))
-                    measured.append((n_rows * float(d.mean()), n_rows * spread))
-            if measured:
-                spreads[space] = measured
-        return spreads
 
     def _retune_subsample(self) -> None:
         """Apply the tuning's ``m`` (perturbed) or ``lambda``, ``a`` (signed), unless given;

@@ -27,12 +27,18 @@ from pymc_bigdata.kernels.hmcecs import (
     propose_products,
 )
 from pymc_bigdata.model.anchor import Anchor
-from pymc_bigdata.model.difference_terms import control_variate_sum
+from pymc_bigdata.model.difference_terms import DifferenceTerms, control_variate_sum
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
-__all__ = ["EstimatorSettings", "ExactCache", "SubsampleEstimates", "take_pool_rows"]
+__all__ = [
+    "EstimatorSettings",
+    "ExactCache",
+    "SubsampleEstimates",
+    "residual_spreads",
+    "take_pool_rows",
+]
 
 #: the last exact evaluation: (preconditioner, z, evaluation)
 ExactCache = tuple[Preconditioner, np.ndarray, Evaluation] | None
@@ -57,6 +63,35 @@ def take_pool_rows(
 ) -> list[np.ndarray]:
     """Rows at ``positions`` of the pool (the rows outside the census stratum)."""
     return layer.take_rows(positions if pool_rows is None else pool_rows[positions])
+
+
+def residual_spreads(
+    terms: DifferenceTerms,
+    rows: list[np.ndarray],
+    anchor: Anchor,
+    order: int,
+    spaces: list[str],
+    thetas: list[np.ndarray],
+    pool: int,
+    ddof: int,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per Taylor space, ``(N mean, N variance)`` of the rows' residuals at each of
+    ``thetas`` (``N = pool``, the subsampled rows; non-finite ones left out): what
+    ``taylor_space="auto"`` and the automatic ``m`` or ``lambda`` start from."""
+    spreads: dict[str, list[tuple[float, float]]] = {}
+    for space in spaces:
+        measured = []
+        for theta in thetas:
+            try:
+                d = terms.residuals(theta, rows, anchor, order, space)
+            except ParameterValueError:
+                continue
+            if np.all(np.isfinite(d)):
+                spread = float(np.var(d, ddof=ddof))
+                measured.append((pool * float(d.mean()), pool * spread))
+        if measured:
+            spreads[space] = measured
+    return spreads
 
 
 class SubsampleEstimates:

@@ -8,10 +8,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.difference_terms import TAYLOR_ORDERS
+from pymc_bigdata.model.likelihood_inputs import LikelihoodInputs
 from pymc_bigdata.step_methods.settings import check_positive
 
-__all__ = ["TAYLOR_SPACES", "GivenCounts", "check_count", "check_settings"]
+__all__ = ["TAYLOR_SPACES", "GivenCounts", "check_count", "check_layer_settings", "check_settings"]
 
 #: the Taylor expansion's spaces (``taylor_space``)
 TAYLOR_SPACES = ("auto", "parameters", "likelihood_inputs")
@@ -118,4 +120,34 @@ def _check_estimator_keys(estimator: str, counts: GivenCounts, lower_bound: floa
         raise ValueError(
             f"{', '.join(given)} belong to the signed estimator (estimator='signed'); the "
             "perturbed one's are subsample_size and blocks."
+        )
+
+
+def check_layer_settings(
+    counts: GivenCounts,
+    taylor_order: int | None,
+    taylor_space: str,
+    n_rows: int,
+    dim: int,
+    inputs: LikelihoodInputs,
+) -> None:
+    """The settings that need N or d (before the full-data MAP search)."""
+    for name, value in (("subsample_size", counts.subsample_size), ("minibatch", counts.minibatch)):
+        if value is not None and value > n_rows:
+            raise ValueError(f"{name} ({value}) must be at most the N = {n_rows} rows.")
+    size = counts.subsample_size if counts.subsample_size is not None else min(1000, n_rows)
+    if counts.blocks is not None and counts.blocks > size:
+        raise ValueError(
+            f"blocks (G = {counts.blocks}) must be at most the subsample size "
+            f"(m = {size}): each block holds at least one row."
+        )
+    if taylor_order == 2 and dim > DENSE_HESSIAN_MAX_DIM:
+        raise ValueError(
+            "taylor_order=2 needs the full-data Hessian B, not computed for d = "
+            f"{dim} > {DENSE_HESSIAN_MAX_DIM} parameters; use taylor_order=1."
+        )
+    if taylor_space == "likelihood_inputs" and not inputs.available:
+        raise ValueError(
+            "taylor_space='likelihood_inputs' is not available for this model: "
+            f"{inputs.reason}. Use taylor_space='parameters'."
         )

@@ -214,7 +214,7 @@ def test_compound_with_austerity_mh_switches_laplace_fits():
         gibbs = pmb.AusterityGibbs([model["include"]])
         continuous = pmb.AusterityMH([model["beta"]])
     idata = sample_two_chains(model, [gibbs, continuous], seed=2, draws=200, tune=200)
-    configurations = continuous._configurations
+    configurations = continuous.held_configurations.fits
     assert len(configurations) > 1
     sds = {
         key: np.sqrt(np.diag(laplace.covariance())) for key, (laplace, *_) in configurations.items()

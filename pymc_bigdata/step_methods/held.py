@@ -1,0 +1,59 @@
+"""The Laplace fits of a compound step's held-variable configurations.
+
+A step that samples the continuous variables beside a step for the discrete ones (e.g.
+:class:`~pymc_bigdata.AusterityGibbs`) targets another conditional posterior each time the
+held (discrete) values change: its mode, curvature and control variates differ. Each
+configuration of the held values gets its own Laplace fit and anchor, found the first time it
+is met and kept (at most ``MAX_CONFIGURATIONS``; the oldest is dropped beyond).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.step_methods.preconditioner import Preconditioner
+
+__all__ = ["MAX_CONFIGURATIONS", "Configuration", "HeldConfigurations"]
+
+#: Laplace fits kept for configurations of held (discrete) variables; the oldest is dropped
+#: beyond (a configuration met again is then re-fitted)
+MAX_CONFIGURATIONS = 256
+
+
+class Configuration(NamedTuple):
+    """One configuration's fit: the Laplace fit, the anchor, the control-variate order and
+    what the MAP search found wrong (None: a usable mode)."""
+
+    laplace: Preconditioner
+    anchor: Anchor | None
+    cv_order: int
+    map_problem: str | None
+
+
+class HeldConfigurations:
+    """The fits by configuration key (the layer's ``held_key``), and the current key."""
+
+    def __init__(self, key: bytes, initial: Configuration):
+        self.initial_key = self.current = key
+        self._fits = {key: initial}
+
+    @property
+    def fits(self) -> dict[bytes, Configuration]:
+        """The kept fits by configuration key (a copy)."""
+        return dict(self._fits)
+
+    def restart(self) -> Configuration:
+        """A new chain: back to the step's own configuration."""
+        self.current = self.initial_key
+        return self._fits[self.initial_key]
+
+    def get(self, key: bytes) -> Configuration | None:
+        """The configuration's fit, if it was met before (and kept)."""
+        return self._fits.get(key)
+
+    def add(self, key: bytes, fit: Configuration) -> None:
+        """Keep a new configuration's fit (dropping the oldest beyond the capacity)."""
+        if len(self._fits) >= MAX_CONFIGURATIONS:
+            self._fits.pop(next(iter(self._fits)))
+        self._fits[key] = fit
