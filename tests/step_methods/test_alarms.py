@@ -1,0 +1,118 @@
+"""The samplers' own alarms (step_methods/alarms.py) on constructed statistics: each fires
+on the problem it names and stays silent on a good chain (an alarm that fires on good runs
+is a defect too)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pymc_bigdata.step_methods.alarms import (
+    COLLAPSED_SCALE,
+    LOGLIK_VAR_ALARM,
+    NEGATIVE_SIGN_ALARM,
+    STICKY_ACCEPT,
+    SUBSAMPLE_ACCEPT_ALARM,
+    VIOLATION_SHARE,
+    VIOLATION_SLACK,
+    AusterityAlarm,
+    HMCECSAlarm,
+    SBPSAlarm,
+)
+
+
+def _hmcecs_stats(sign=1, subsample_accept=0.9, loglik_var=1.0, truncated=False):
+    return {
+        "sign": sign,
+        "subsample_accept": subsample_accept,
+        "loglik_var": loglik_var,
+        "trajectory_truncated": truncated,
+        "step_size": 0.3,
+    }
+
+
+def _hmcecs(signed: bool, draws: list[dict]) -> list[str]:
+    alarm = HMCECSAlarm(
+        signed=signed, loglik_var_target=1.0, trajectory_length=1.2, max_leapfrog=200
+    )
+    for stats in draws:
+        alarm.observe(stats)
+    return alarm.problems("HMCECS")
+
+
+def test_hmcecs_alarm_silent_on_a_good_chain():
+    draws = [_hmcecs_stats(sign=-1 if i % 50 == 0 else 1) for i in range(1000)]  # 2 % negative
+    assert _hmcecs(True, draws) == []
+    assert _hmcecs(False, [_hmcecs_stats(loglik_var=1.5) for _ in range(1000)]) == []
+
+
+def test_hmcecs_alarm_names_each_problem():
+    """Negative signs beyond NEGATIVE_SIGN_ALARM (signed), a mean sigma_hat^2 beyond
+    LOGLIK_VAR_ALARM times the target (perturbed only), a truncated trajectory, a sticky u."""
+    share = NEGATIVE_SIGN_ALARM + 0.05
+    signs = [_hmcecs_stats(sign=-1 if i < share * 1000 else 1) for i in range(1000)]
+    assert any("negative" in p for p in _hmcecs(True, signs))
+    large = [_hmcecs_stats(loglik_var=LOGLIK_VAR_ALARM + 1.0) for _ in range(100)]
+    assert any("variance averaged" in p for p in _hmcecs(False, large))
+    assert not any("variance averaged" in p for p in _hmcecs(True, large))  # signed: lambda
+    cut = [_hmcecs_stats(truncated=i == 7) for i in range(100)]
+    assert any("1 draws ran 200 leapfrog steps" in p for p in _hmcecs(False, cut))
+    sticky = [_hmcecs_stats(subsample_accept=SUBSAMPLE_ACCEPT_ALARM - 0.1) for _ in range(100)]
+    assert any("sticky" in p for p in _hmcecs(False, sticky))
+
+
+def _sbps(violations: int, expected: float, proposals: int, exhausted: int = 0) -> list[str]:
+    alarm = SBPSAlarm(max_proposals=100_000)
+    per_draw = proposals // 100
+    for i in range(100):
+        alarm.observe(
+            {
+                "violations": violations if i == 0 else 0,
+                "expected_violations": expected / 100,
+                "proposals": per_draw,
+                "proposals_exhausted": i < exhausted,
+            }
+        )
+    return alarm.problems("SBPS")
+
+
+def test_sbps_alarm_fires_beyond_the_regression_and_the_share():
+    """Violations within the Poisson band of the regression's prediction are silent; above
+    it they fire even below VIOLATION_SHARE of the proposals, and above the share whatever
+    the prediction; an exhausted draw fires whatever the violations."""
+    assert _sbps(violations=5, expected=2.0, proposals=20_000) == []
+    assert any("violated the proposal rate" in p for p in _sbps(30, 2.0, 20_000))  # 0.15 %
+    beyond = int(VIOLATION_SHARE * 20_000 + VIOLATION_SLACK) + 1
+    assert any("violated the proposal rate" in p for p in _sbps(beyond, beyond, 20_000))
+    assert any("stopped after" in p for p in _sbps(0, 0.0, 20_000, exhausted=2))
+
+
+def _decision(accepted=True, finite=True, exact=False, clt_error=0.01):
+    return SimpleNamespace(accepted=accepted, finite=finite, exact=exact, clt_error=clt_error)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.05])
+def test_austerity_alarm(epsilon):
+    """A chain that hardly moves, a collapsed scale, a skewed test (epsilon > 0) and rows that
+    were not finite (epsilon > 0) each fire; a good chain and epsilon = 0's exact test don't."""
+
+    def problems(decisions, scales=(1.0, 1.0), kept=True):
+        alarm = AusterityAlarm(epsilon=epsilon, consequence="", scales=lambda: scales)
+        for _ in range(50):
+            alarm.record(decisions, kept=kept)
+        return alarm.problems("AusterityMH")
+
+    good = [_decision(accepted=i % 2 == 0) for i in range(10)]
+    assert problems(good) == []
+    stuck = [_decision(accepted=False) for _ in range(10)]
+    assert any("hardly moves" in p for p in problems(stuck))
+    assert problems(stuck, kept=False) == []  # tuning draws do not count for stickiness
+    assert STICKY_ACCEPT < 0.5
+    collapsed = (0.5 * COLLAPSED_SCALE, 1.0)
+    assert any("proposal scale" in p for p in problems(good, scales=collapsed))
+    skewed = [_decision(clt_error=0.2) for _ in range(10)]
+    nonfinite = [_decision(finite=False) for _ in range(10)]
+    fired = [any("skewness" in p for p in problems(skewed))]
+    fired.append(any("not finite" in p for p in problems(nonfinite, kept=False)))
+    assert fired == [epsilon > 0, epsilon > 0]
