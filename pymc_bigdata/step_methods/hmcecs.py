@@ -24,8 +24,6 @@ from pymc_bigdata.kernels.hmcecs import (
     Subsample,
     hmcecs_step,
 )
-from pymc_bigdata.model.anchor import Anchor
-from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.step_methods.alarms import HMCECSAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
@@ -33,6 +31,7 @@ from pymc_bigdata.step_methods.hmcecs_estimates import (
     EstimatorSettings,
     ExactCache,
     SubsampleEstimates,
+    anchor_at,
     residual_spreads,
     take_pool_rows,
 )
@@ -41,7 +40,10 @@ from pymc_bigdata.step_methods.hmcecs_settings import (
     check_layer_settings,
     check_settings,
 )
-from pymc_bigdata.step_methods.hmcecs_tuning import SubsampleTuning
+from pymc_bigdata.step_methods.hmcecs_tuning import (
+    SubsampleTuning,
+    candidate_spaces,
+)
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["HMCECS"]
@@ -52,15 +54,6 @@ MIN_SUBSAMPLE = 100
 #: most leapfrog steps per iteration (a trajectory shorter than asked for beyond it)
 MAX_LEAPFROG = 200
 
-
-#: ``taylor_space="auto"`` compares the expansions for the signed estimator only. The
-#: perturbed one keeps the parameters: its gradient (4.7) carries ``grad sigma_hat^2``, whose
-#: row weights ``(N/m)^2`` make the fixed-subsample energy rough when a better expansion lets
-#: ``m`` drop. On the non-centred hierarchical model (benchmarks/results/
-#: hard_targets_hmcecs_spaces.md) the inputs' expansion gave m = 100 and 0.118 sd (outside
-#: the 0.1 bar; a one-off run with the same seed got ESS 19, one chain's step size 0.10), and
-#: with m = 1000 0.060 sd; the parameters' meets the bars at m = 7,769
-AUTO_SPACE_ESTIMATORS = ("signed",)
 
 #: a window re-fits the anchor only from at least this many draws
 MIN_REFIT_DRAWS = 20
@@ -382,22 +375,17 @@ class HMCECS(SubsamplingStep):
         fixed = (self.estimator == "perturbed" and self._given_size is not None) or (
             self.estimator == "signed" and self._given_products is not None
         )
-        if fixed and len(self._candidate_spaces()) == 1:
+        if fixed and len(self._spaces()) == 1:
             return  # nothing to choose: no measurement, no random numbers used
         self._choose_space([self.precond.theta(z0)], force=True)
         if not fixed:
             self._retune_subsample()
         self._tuning.forget()
 
-    def _candidate_spaces(self) -> list[str]:
-        if self._given_space != "auto":
-            return [self._given_space]
-        if self.estimator not in AUTO_SPACE_ESTIMATORS:
-            return ["parameters"]
+    def _spaces(self) -> list[str]:
+        """The Taylor spaces to choose between (:func:`~.hmcecs_tuning.candidate_spaces`)."""
         inputs = self.layer.likelihood_inputs
-        if self.taylor_order >= 1 and inputs.available and not inputs.linear:
-            return ["parameters", "likelihood_inputs"]
-        return ["parameters"]
+        return candidate_spaces(self._given_space, self.estimator, self.taylor_order, inputs)
 
     def _choose_space(self, thetas: list[np.ndarray], force: bool = False) -> None:
         """Measure the residuals' spread at ``thetas`` on one fresh set of ``min(1000, N)``
@@ -405,7 +393,7 @@ class HMCECS(SubsamplingStep):
         smaller (ties: the parameters) and seed the measurements for ``m`` (or ``lambda``,
         ``a``) with its numbers.  Without a choice to make, only ``force`` (the pilot)
         measures."""
-        spaces = self._candidate_spaces()
+        spaces = self._spaces()
         if not thetas or (len(spaces) == 1 and not force):
             return
         n_rows = self._pool_size()
@@ -466,18 +454,9 @@ class HMCECS(SubsamplingStep):
     def _refit_anchor(self, center: np.ndarray) -> None:
         """Move the anchor to ``center`` with the full-data curvature there (second order,
         ``d <= 2000``; one gradient and one Hessian pass over the data)."""
-        if not np.all(np.isfinite(center)):
-            return
-        layer, curvature = self.layer, None
-        if self.taylor_order == 2:
-            with np.errstate(all="ignore"):
-                hessian = layer.full_loglik_hessian(center)
-            if not np.all(np.isfinite(hessian)):
-                return
-            hessian = symmetrised(hessian)
-            curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, hessian)
-        self.anchor = layer.anchor_at(center, curvature_from=curvature)
-        self._evaluation = None
+        anchor = anchor_at(self.layer, center, self.taylor_order)
+        if anchor is not None:
+            self.anchor, self._evaluation = anchor, None
 
     def _make_step_policy(self) -> DualAveragingStepSize:
         """Dual averaging (Sec. 6.3) at a fixed trajectory length: it sets the step at each

@@ -28,6 +28,7 @@ from pymc_bigdata.kernels.hmcecs import (
 )
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.difference_terms import DifferenceTerms, control_variate_sum
+from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
@@ -36,6 +37,7 @@ __all__ = [
     "EstimatorSettings",
     "ExactCache",
     "SubsampleEstimates",
+    "anchor_at",
     "residual_spreads",
     "take_pool_rows",
 ]
@@ -56,6 +58,23 @@ class EstimatorSettings(NamedTuple):
     products: int
     refreshed_products: int
     lower_bound: float
+
+
+def anchor_at(layer: MinibatchModel, center: np.ndarray, taylor_order: int) -> Anchor | None:
+    """The anchor moved to ``center`` with, for second order, the full-data curvature there
+    (``d <= 2000``; one gradient and one Hessian pass over the data); None where ``center`` or
+    the curvature is not finite."""
+    if not np.all(np.isfinite(center)):
+        return None
+    curvature = None
+    if taylor_order == 2:
+        with np.errstate(all="ignore"):
+            hessian = layer.full_loglik_hessian(center)
+        if not np.all(np.isfinite(hessian)):
+            return None
+        hessian = symmetrised(hessian)
+        curvature = Anchor(center, 0.0, np.zeros(layer.dim), center, hessian)
+    return layer.anchor_at(center, curvature_from=curvature)
 
 
 def take_pool_rows(
