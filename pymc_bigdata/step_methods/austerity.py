@@ -240,10 +240,6 @@ class AusterityMH(SubsamplingStep):
             return max(1, math.ceil(RW_DECISIONS_PER_DIM * dim))
         return max(1, math.ceil(LANGEVIN_DECISIONS * dim ** (1.0 / 3.0)))
 
-    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
-        """No gradient noise enters the target: the accept test decides."""
-        return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
-
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
         self._decisions: list[_Decision] = []

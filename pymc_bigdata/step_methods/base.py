@@ -1,7 +1,8 @@
 """Base class of the subsampling step methods: the PyMC plumbing every sampler shares.
 
 A subclass fills :meth:`SubsamplingStep._transitions` (run the kernel for one recorded draw),
-states its defaults and :meth:`SubsamplingStep.noise_share`; the base does the rest:
+states its defaults and, on the default noise-limited step size, its noise model
+``noise_share(step_size, noise_var)`` (or declares another policy); the base does the rest:
 
 * ravels points, draws minibatches and maps between the model's coordinates ``theta`` and the
   kernels' preconditioned coordinates ``z`` (``theta = c + L z``);
@@ -157,6 +158,18 @@ class SubsamplingStep(ArrayStepShared):
         "tune": (bool, []),
         "warning": (SamplerWarning, None),
     }
+
+    def __init_subclass__(cls, **kwargs):
+        """A sampler on the default (noise-limited) step-size policy states its noise model:
+        ``noise_share(step_size, noise_var)``, the share of its stationary variance that
+        gradient noise of variance ``noise_var`` feeds at ``step_size``."""
+        super().__init_subclass__(**kwargs)
+        default_policy = cls._make_step_policy is SubsamplingStep._make_step_policy
+        if default_policy and not callable(getattr(cls, "noise_share", None)):
+            raise TypeError(
+                f"{cls.__name__} uses the noise-limited step size: define noise_share(step_size, "
+                "noise_var), or declare another policy with _make_step_policy()."
+            )
 
     def __init__(
         self,
@@ -317,11 +330,6 @@ class SubsamplingStep(ArrayStepShared):
     def default_inner(self) -> int:
         """Default transitions per draw (see the sampler's docs)."""
         return self.default_inner_steps
-
-    @abstractmethod
-    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
-        """Share of the kernel's stationary variance fed by gradient noise of variance
-        ``noise_var`` (per coordinate, z units) at ``step_size``; increasing in both."""
 
     def _check_reshuffle(self, reshuffle: bool | None) -> bool:
         """Subclasses that assume independent minibatches override this."""
@@ -551,7 +559,7 @@ class SubsamplingStep(ArrayStepShared):
         noise_var = self._noise_variance(self.cv_order)
         if not noise_var.size:
             return math.nan, noise_var
-        return float(np.max(self.noise_share(self.step_size, noise_var))), noise_var
+        return self._step_policy.share(self.step_size, noise_var), noise_var
 
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
@@ -652,8 +660,10 @@ class SubsamplingStep(ArrayStepShared):
         return 1.0 if self._stability_watch is None else self._stability_watch.factor
 
     def _make_step_policy(self) -> NoiseLimitedStepSize:
-        """The step-size policy this sampler declares (:mod:`.step_size`): noise-limited."""
+        """The step-size policy this sampler declares (:mod:`.step_size`): by default
+        noise-limited, with the sampler's ``noise_share`` as its noise model."""
         return NoiseLimitedStepSize(
+            noise_share=self.noise_share,
             noise_bound=self.noise_bound,
             fixed_step=self._fixed_step,
             fixed_batch=self._fixed_batch,
@@ -667,7 +677,6 @@ class SubsamplingStep(ArrayStepShared):
             default_step=self.default_step() * self._stability_factor(),
             cv_order=self.cv_order,
             batch_size=self.batch_size,
-            noise_share=self.noise_share,
             noise_variance=lambda order, n: (
                 self._noise.variance(order) * self.minibatches.batch_factor(n)
             ),

@@ -238,10 +238,6 @@ class HMCECS(SubsamplingStep):
     def _has_curvature(self) -> bool:
         return self.anchor is not None and self.anchor.loglik_hessian is not None
 
-    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
-        """No gradient noise enters the target: the accept test uses the same estimate."""
-        return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
-
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
         n_rows = self.layer.n_rows

@@ -248,10 +248,6 @@ class SBPS(SubsamplingStep):
             )
         return False
 
-    def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
-        """SBPS has no discretisation: minibatch noise only adds bounces (Theorem 1)."""
-        return np.zeros_like(np.asarray(noise_var, dtype=np.float64))
-
     def _make_step_policy(self) -> TravelTimeAndBand:
         """The travel time follows the preconditioner's curvature (unless given), and ``k``
         the tuning draws' violation rate (unless given)."""

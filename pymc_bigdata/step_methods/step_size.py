@@ -60,9 +60,6 @@ class StepContext(NamedTuple):
         factor.
     cv_order, batch_size
         The current control-variate order and batch size.
-    noise_share
-        ``noise_share(step_size, noise_var)``: the share of the stationary variance that
-        gradient noise of variance ``noise_var`` feeds at ``step_size`` (the sampler's).
     noise_variance
         ``noise_variance(order, batch_size)``: the measured per-coordinate variance of a
         ``batch_size``-row estimate of that order (empty before any measurement).
@@ -76,7 +73,6 @@ class StepContext(NamedTuple):
     default_step: float
     cv_order: int
     batch_size: int
-    noise_share: Callable[[float, np.ndarray], np.ndarray]
     noise_variance: Callable[[int, int], np.ndarray]
     unit_noise_variance: Callable[[int], np.ndarray]
     order_choice: bool
@@ -98,6 +94,10 @@ class NoiseLimitedStepSize:
 
     Parameters
     ----------
+    noise_share
+        ``noise_share(step_size, noise_var)``: the share of the kernel's stationary variance
+        that gradient noise of variance ``noise_var`` (per coordinate) feeds at
+        ``step_size`` (the sampler's noise model; increasing in both).
     noise_bound
         Largest share of the stationary variance the gradient noise may feed.
     fixed_step, fixed_batch
@@ -110,6 +110,7 @@ class NoiseLimitedStepSize:
     def __init__(
         self,
         *,
+        noise_share: Callable[[float, np.ndarray], np.ndarray],
         noise_bound: float,
         fixed_step: bool,
         fixed_batch: bool,
@@ -117,12 +118,17 @@ class NoiseLimitedStepSize:
         pool_size: int,
         replace: bool,
     ):
-        self.noise_bound = noise_bound
+        self.noise_share, self.noise_bound = noise_share, noise_bound
         self.fixed_step, self.fixed_batch = fixed_step, fixed_batch
         self.default_batch, self.pool_size, self.replace = default_batch, pool_size, replace
 
     def observe(self, stats: dict) -> None:
         """A tuning draw's stats: nothing to learn from them."""
+
+    def share(self, step_size: float, noise_var: np.ndarray) -> float:
+        """The worst coordinate's share of the stationary variance fed by gradient noise of
+        variance ``noise_var`` at ``step_size``."""
+        return float(np.max(self.noise_share(step_size, noise_var)))
 
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: nothing to restart (the noise decides)."""
@@ -140,7 +146,7 @@ class NoiseLimitedStepSize:
             noise_var = context.noise_variance(order, batch)
         step = (
             largest_step_within_noise_bound(
-                context.noise_share, noise_var, context.default_step, self.noise_bound
+                self.noise_share, noise_var, context.default_step, self.noise_bound
             )
             if noise_var.size
             else context.default_step
@@ -154,7 +160,7 @@ class NoiseLimitedStepSize:
             return context.cv_order
         default = context.default_step
         limited = largest_step_within_noise_bound(
-            context.noise_share, first, default, self.noise_bound
+            self.noise_share, first, default, self.noise_bound
         )
         better = np.max(second) < SECOND_ORDER_GAIN * np.max(first)
         return 2 if (limited < default and better) else 1
@@ -163,7 +169,7 @@ class NoiseLimitedStepSize:
         """The batch size at which the worst noise share at the default step is the bound
         (see ``MAX_BATCH_GROWTH``); the current one when the change would be small."""
         per_unit = float(np.max(context.unit_noise_variance(order)))
-        share_per_unit = float(context.noise_share(context.default_step, np.array([per_unit]))[0])
+        share_per_unit = float(self.noise_share(context.default_step, np.array([per_unit]))[0])
         n = context.batch_size
         if not math.isfinite(share_per_unit):
             return n
@@ -206,6 +212,11 @@ class DualAveragingStepSize:
     def observe(self, stats: dict) -> None:
         """A tuning draw's stats: nothing to learn from them."""
 
+    def share(self, step_size: float, noise_var: np.ndarray) -> float:
+        """The worst coordinate's noise share at ``step_size`` (NaN: no gradient noise
+        enters this sampler's target, its accept test or its bounces absorb it)."""
+        return math.nan
+
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the acceptance history belongs to the old
         coordinates, start again from ``step_size``."""
@@ -232,6 +243,11 @@ class CurvatureStepSize:
 
     def observe(self, stats: dict) -> None:
         """A tuning draw's stats: nothing to learn from them."""
+
+    def share(self, step_size: float, noise_var: np.ndarray) -> float:
+        """The worst coordinate's noise share at ``step_size`` (NaN: no gradient noise
+        enters this sampler's target, its accept test or its bounces absorb it)."""
+        return math.nan
 
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the default follows it at the next choice."""

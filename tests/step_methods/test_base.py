@@ -465,3 +465,25 @@ def test_blow_up_of_a_gradient_sampler_reverts_the_draw(small_logistic, monkeypa
     assert idata.sample_stats["diverging"].values.all()
     draws = idata.posterior["beta"].values[0]
     assert np.all(draws == draws[0])
+
+
+def test_noise_limited_sampler_must_state_its_noise_model():
+    """A sampler on the default (noise-limited) step size without noise_share is refused when
+    its class is defined; one that declares another policy needs none."""
+    from pymc_bigdata.step_methods.base import SubsamplingStep
+    from pymc_bigdata.step_methods.step_size import CurvatureStepSize
+
+    with pytest.raises(TypeError, match="noise_share"):
+
+        class NoNoiseModel(SubsamplingStep):
+            def _transitions(self, z0, oracle):
+                return z0, True, oracle.record()
+
+    class OwnPolicy(SubsamplingStep):
+        def _make_step_policy(self):
+            return CurvatureStepSize(fixed_step=False)
+
+        def _transitions(self, z0, oracle):
+            return z0, True, oracle.record()
+
+    assert OwnPolicy._make_step_policy is not SubsamplingStep._make_step_policy
