@@ -26,8 +26,7 @@ exponential average keeps ``beta`` on the past.)
 
 :func:`sbps_advance` runs the process for a fixed travel time and returns, besides the new
 state, the exact time integrals of ``embed(x)`` and ``embed(x)^2`` along the path (Eq. 19's
-continuous-time estimates; ``embed`` is affine, so the path stays linear in it), accumulated by
-:mod:`~pymc_bigdata.kernels.sbps_path`.
+continuous-time estimates; ``embed`` is affine, so the path stays linear in it).
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_bigdata.kernels.poisson_time import first_arrival, interpolate_rate
-from pymc_bigdata.kernels.sbps_path import PathIntegrals, Skeleton
-from pymc_bigdata.kernels.sbps_regression import LineFit, Segment, band_knots, fit_line, prior_step
+from pymc_bigdata.kernels.sbps_regression import Segment, band_knots, fit_line, prior_step
 
 __all__ = [
     "Observation",
@@ -135,6 +133,16 @@ class SBPSInfo(NamedTuple):
     travelled: float = math.nan
 
 
+class Skeleton(NamedTuple):
+    """The straight lines travelled in one call: line ``i`` runs from ``starts[i]`` to
+    ``ends[i]`` (in ``embed``'s coordinates) in ``durations[i]`` units of travel time, at
+    constant speed; consecutive lines join (``ends[i] == starts[i + 1]``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    durations: np.ndarray
+
+
 def sbps_init(
     position: np.ndarray, rng: np.random.Generator, mu: float, sigma2: float, metric=None
 ) -> SBPSState:
@@ -176,6 +184,44 @@ def adapt_metric(
     return grad_sq, inv_sd / inv_sd.mean()
 
 
+class _Path:
+    """Time integrals of ``embed(x)`` and its square along the straight pieces travelled,
+    and (when ``record``) the skeleton: the lines between changes of direction."""
+
+    def __init__(self, embed: Callable[[np.ndarray], np.ndarray], start: np.ndarray, record):
+        self.embed = embed
+        self.here = embed(start)
+        self.integral = np.zeros_like(self.here)
+        self.integral_sq = np.zeros_like(self.here)
+        self.record = record
+        self.lines: list[tuple[np.ndarray, np.ndarray, float]] = []
+        self.line_start, self.line_time = self.here, 0.0
+
+    def move_to(self, position: np.ndarray, duration: float) -> None:
+        a, b = self.here, self.embed(position)
+        self.integral += 0.5 * duration * (a + b)
+        self.integral_sq += duration * (a * a + a * b + b * b) / 3.0
+        self.here = b
+        self.line_time += duration
+
+    def turn(self) -> None:
+        """The direction changes here: close the current line."""
+        if self.record and self.line_time > 0.0:
+            self.lines.append((self.line_start, self.here, self.line_time))
+        self.line_start, self.line_time = self.here, 0.0
+
+    def skeleton(self) -> Skeleton | None:
+        if not self.record:
+            return None
+        self.turn()
+        dim = len(self.here)
+        if not self.lines:
+            empty = np.empty((0, dim))
+            return Skeleton(empty, empty.copy(), np.empty(0))
+        starts, ends, durations = zip(*self.lines)
+        return Skeleton(np.array(starts), np.array(ends), np.array(durations))
+
+
 def sbps_advance(
     state: SBPSState,
     observe: Callable[[np.ndarray, np.ndarray], Observation],
@@ -188,263 +234,110 @@ def sbps_advance(
 ) -> tuple[SBPSState, SBPSInfo]:
     """Run the process for ``duration`` units of travel time.
 
-    Parameters
-    ----------
-    state
-        Where the process is (:func:`sbps_init`, or the state a previous call returned).
-    observe
-        ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
-        (``direction = M v``; Eqs. 7-8).
-    duration
-        Travel time to run for.
-    settings
-        The proposal rate's and the refreshments' settings, and pSBPS's (Sec. 5).
-    rng
-        The generator of every random draw.
-    embed
-        The affine map whose time integrals along the path the info holds (Eq. 19).
-    knot_scale
-        Spacing of the proposal rate's knots (about the length of a segment; Eq. 13).
-    record_skeleton
-        Keep the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates) in the
-        info, for quadrature of other functions along the path (Eq. 19).
-
-    Returns
-    -------
-    tuple of SBPSState and SBPSInfo
-        The state at the end and what the call did. A non-finite observation or position
-        stops the call with ``finite=False`` (the caller rejects the draw); more than
-        ``MAX_PROPOSALS`` proposals stop it early, the state kept (``exhausted``).
+    ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
+    (``direction = M v``).  ``knot_scale`` sets the spacing of the proposal rate's knots
+    (about the length of a segment).  A non-finite observation or position stops the call
+    with ``finite=False`` (the caller rejects the draw); more than ``MAX_PROPOSALS``
+    proposals stop it early, the state kept (``exhausted``).  With ``record_skeleton`` the info
+    holds the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates), for
+    quadrature of other functions along the path (Eq. 19).
     """
-    walk = state._replace(position=state.position.copy(), velocity=state.velocity.copy())
-    tally = _Tally()
-    path = PathIntegrals(embed, walk.position, record_skeleton)
-    left, outcome = float(duration), _GO
-    while left > 0.0:
-        walk, left, outcome = _leg(walk, left, observe, settings, rng, knot_scale, path, tally)
-        if outcome != _GO:
-            break
-    finite, exhausted = outcome != _NONFINITE, outcome == _EXHAUSTED
-    return walk, tally.info(path, finite, exhausted, float(duration) - left)
+    x, v = state.position.copy(), state.velocity.copy()
+    segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
+    metric, grad_sq, noise_level = state.metric, state.grad_sq, state.noise_level
+    counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
+    expected = missed = 0.0
+    path = _Path(embed, x, record_skeleton)
+    left = float(duration)
 
-
-#: how a leg of the path ends: the process goes on, the travel time is used up, a non-finite
-#: observation or position stops the call, or ``MAX_PROPOSALS`` proposals do
-_GO, _STOP, _NONFINITE, _EXHAUSTED = "go", "stop", "nonfinite", "exhausted"
-
-
-class _Tally:
-    """What one call did so far: the counts of :class:`SBPSInfo`, the expected number of
-    bound violations and the bounces the bound cut off."""
-
-    def __init__(self) -> None:
-        self.proposals = self.bounces = self.refreshes = self.violations = 0
-        self.checks = self.rows = 0
-        self.expected = self.missed = 0.0
-
-    def info(
-        self, path: PathIntegrals, finite: bool, exhausted: bool, travelled: float
-    ) -> SBPSInfo:
-        """The call's info, with the path's integrals and skeleton."""
-        return SBPSInfo(
-            self.proposals,
-            self.bounces,
-            self.refreshes,
-            self.violations,
-            self.expected,
-            self.checks,
-            self.rows,
+    def finish(finite: bool, exhausted: bool = False) -> tuple[SBPSState, SBPSInfo]:
+        new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq, noise_level)
+        info = SBPSInfo(
+            counts["proposals"],
+            counts["bounces"],
+            counts["refreshes"],
+            counts["violations"],
+            expected,
+            counts["checks"],
+            counts["rows"],
             finite,
             path.integral,
             path.integral_sq,
             path.skeleton(),
-            self.missed,
+            missed,
             exhausted,
-            travelled,
+            float(duration) - left,
         )
+        return new, info
 
-
-class _Band(NamedTuple):
-    """The regression's fit (Eqs. 9-12) and the proposal rate's knots (Eq. 13)."""
-
-    fit: LineFit
-    knots: list
-    rates: list
-
-
-def _leg(
-    walk: SBPSState,
-    left: float,
-    observe: Callable[[np.ndarray, np.ndarray], Observation],
-    settings: SBPSSettings,
-    rng: np.random.Generator,
-    knot_scale: float,
-    path: PathIntegrals,
-    tally: _Tally,
-) -> tuple[SBPSState, float, str]:
-    """One straight piece of the path (Eq. 1) to the next event, and the event: the end of
-    the travel time, a refreshment, a check or a proposal. Returns the state, the travel time
-    left and how the leg ends (``_GO`` unless the call stops)."""
-    if not walk.segment.count:  # a fresh start or a refreshment: observe where we are
-        started = _observe_start(walk, observe, tally)
-        if started is None:
-            return walk, left, _NONFINITE
-        walk = started
-    band, event, kind = _next_event(walk, left, settings, rng, knot_scale)
-    walk, elapsed = _travel(walk, event, path)
-    left -= elapsed
-    if not np.all(np.isfinite(walk.position)):
-        return walk, left, _NONFINITE
-    if kind == _STOP:
-        return walk, left, _STOP
-    if kind == "refresh":
-        tally.refreshes += 1
-        return _refresh(walk, rng, path), left, _GO
-    walk, outcome = _observe_event(walk, kind, band, observe, settings, rng, path, tally)
-    return walk, left, outcome
-
-
-def _observe_start(
-    walk: SBPSState, observe: Callable[[np.ndarray, np.ndarray], Observation], tally: _Tally
-) -> SBPSState | None:
-    """Start the regression from an observation of ``G`` where the particle is (Eqs. 7-10),
-    at time 0; None when the observation is not finite."""
-    obs = observe(walk.position, walk.metric * walk.velocity)
-    tally.rows += obs.rows
-    if not _finite(obs):
-        return None
-    return walk._replace(
-        segment=Segment().add(0.0, obs.value, obs.noise_var),
-        clock=0.0,
-        noise_level=_remember(walk.noise_level, obs.noise_var),
-    )
-
-
-def _next_event(
-    walk: SBPSState,
-    left: float,
-    settings: SBPSSettings,
-    rng: np.random.Generator,
-    knot_scale: float,
-) -> tuple[_Band, float, str]:
-    """The proposal rate's band (Eqs. 9-13), and the time and kind of the next event: the
-    first of a proposal (thinning, Sec. 3.2), a refreshment, the end of the travel time and
-    a check (``CHECK_AFTER`` knot scales on); on a tie the end, then a refreshment, then a
-    check."""
-    fit = fit_line(walk.segment, walk.mu, walk.sigma2, settings.misfit)
-    if settings.noise_memory and walk.noise_level > fit.last_noise_var:
-        fit = fit._replace(last_noise_var=walk.noise_level)
-    clock = walk.clock
-    knots, rates = band_knots(fit, clock, knot_scale, settings.k)
-    proposal = first_arrival(knots, rates, rng.exponential())
-    refresh = math.inf
-    if settings.refresh_rate > 0:
-        refresh = clock + rng.exponential() / settings.refresh_rate
-    stop, check = clock + left, clock + CHECK_AFTER * knot_scale
-    event = min(proposal, refresh, stop, check)
-    kinds = ((stop, _STOP), (refresh, "refresh"), (check, "check"))
-    kind = next((kind for time, kind in kinds if event == time), "proposal")
-    return _Band(fit, knots, rates), event, kind
-
-
-def _travel(walk: SBPSState, event: float, path: PathIntegrals) -> tuple[SBPSState, float]:
-    """Move in a straight line ``x + (t - clock) M v`` (Eq. 1) to time ``event``, adding the
-    piece to the path's integrals; returns the state there and the time travelled."""
-    elapsed = event - walk.clock
-    position = walk.position + elapsed * (walk.metric * walk.velocity)
-    path.move_to(position, elapsed)
-    return walk._replace(position=position, clock=event), elapsed
-
-
-def _refresh(walk: SBPSState, rng: np.random.Generator, path: PathIntegrals) -> SBPSState:
-    """A velocity refreshment: ``v`` uniform on the sphere, the regression restarted."""
-    path.turn()
-    return walk._replace(velocity=_unit_velocity(len(walk.position), rng), segment=Segment())
-
-
-def _observe_event(
-    walk: SBPSState,
-    kind: str,
-    band: _Band,
-    observe: Callable[[np.ndarray, np.ndarray], Observation],
-    settings: SBPSSettings,
-    rng: np.random.Generator,
-    path: PathIntegrals,
-    tally: _Tally,
-) -> tuple[SBPSState, str]:
-    """Observe ``G_hat`` at a check or a proposal (Eqs. 7-8). A check only joins the
-    regression; a proposal is accepted with probability ``min(1, [G_hat]_+ / lambda(t))``
-    (Sec. 3.2) and bounces (Eq. 4), or joins the regression when rejected."""
-    obs = observe(walk.position, walk.metric * walk.velocity)
-    tally.rows += obs.rows
-    if not _finite(obs):
-        return walk, _NONFINITE
-    observed = walk.segment.add(walk.clock, obs.value, obs.noise_var)
-    walk = walk._replace(noise_level=_remember(walk.noise_level, obs.noise_var))
-    if kind == "check":  # no proposal for a long while: look, without a decision
-        tally.checks += 1
-        return walk._replace(segment=observed), _GO
-    tally.proposals += 1
-    if tally.proposals > MAX_PROPOSALS:  # stop here, keeping the path so far
-        return walk, _EXHAUSTED
-    if not _accept(band, walk.clock, obs.value, rng, tally):  # the observation joins the fit
-        return walk._replace(segment=observed), _GO
-    gradient = obs.gradient()  # accepted with min(1, [G]_+ / lambda): bounce
-    if not np.all(np.isfinite(gradient)):
-        return walk, _NONFINITE
-    tally.bounces += 1
-    return _bounce(walk, observed, obs.noise_var, gradient, settings, path), _GO
-
-
-def _accept(
-    band: _Band, clock: float, value: float, rng: np.random.Generator, tally: _Tally
-) -> bool:
-    """Thinning (Sec. 3.2): accept a proposal observing ``G_hat = value`` with probability
-    ``min(1, [G_hat]_+ / lambda(t))``, and count a bound violation ``[G_hat]_+ > lambda(t)``
-    (Sec. 4.1) with the bounces it cut off and its predictive probability (Eq. 11)."""
-    bound = interpolate_rate(band.knots, band.rates, clock)
-    tally.expected += _violation_probability(band.fit, clock, bound)
-    positive = max(value, 0.0)
-    if positive > bound:
-        tally.violations += 1
-        tally.missed += (positive - bound) / bound if bound > 0.0 else 1.0
-    rejected = rng.uniform() * bound >= positive
-    return not rejected
-
-
-def _bounce(
-    walk: SBPSState,
-    observed: Segment,
-    noise_var: float,
-    gradient: np.ndarray,
-    settings: SBPSSettings,
-    path: PathIntegrals,
-) -> SBPSState:
-    """An accepted proposal: the slope prior learns from the segment that ends here, ``v`` is
-    reflected with the minibatch's gradient (Eqs. 4 and 16), pSBPS adapts ``M`` (Eqs. 17-18),
-    and the regression restarts from the same minibatch's ``G`` under the new ``v``."""
-    mu, sigma2 = prior_step(observed, walk.mu, walk.sigma2, settings.prior_rate)
-    path.turn()
-    v = reflect(walk.velocity, walk.metric * gradient)
-    grad_sq, metric = walk.grad_sq, walk.metric
-    if settings.metric_adaptation is not None:
-        grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
-    # the same minibatch after the bounce: -G_hat (Eq. 4), or its value under a new M
-    after = float(v @ (metric * gradient))
-    return walk._replace(
-        velocity=v,
-        segment=Segment().add(0.0, after, noise_var),
-        clock=0.0,
-        mu=mu,
-        sigma2=sigma2,
-        metric=metric,
-        grad_sq=grad_sq,
-    )
-
-
-def _finite(obs: Observation) -> bool:
-    """Whether an observation's value and noise variance are finite."""
-    return math.isfinite(obs.value) and math.isfinite(obs.noise_var)
+    while left > 0.0:
+        if not segment.count:  # a fresh start or a refreshment: observe where we are
+            obs = observe(x, metric * v)
+            counts["rows"] += obs.rows
+            if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
+                return finish(False)
+            segment, clock = Segment().add(0.0, obs.value, obs.noise_var), 0.0
+            noise_level = _remember(noise_level, obs.noise_var)
+        fit = fit_line(segment, mu, sigma2, settings.misfit)
+        if settings.noise_memory and noise_level > fit.last_noise_var:
+            fit = fit._replace(last_noise_var=noise_level)
+        knots, rates = band_knots(fit, clock, knot_scale, settings.k)
+        proposal = first_arrival(knots, rates, rng.exponential())
+        refresh = math.inf
+        if settings.refresh_rate > 0:
+            refresh = clock + rng.exponential() / settings.refresh_rate
+        stop, check = clock + left, clock + CHECK_AFTER * knot_scale
+        event = min(proposal, refresh, stop, check)
+        heading = metric * v
+        x = x + (event - clock) * heading
+        path.move_to(x, event - clock)
+        left -= event - clock
+        clock = event
+        if not np.all(np.isfinite(x)):
+            return finish(False)
+        if event == stop:
+            break
+        if event == refresh:
+            path.turn()
+            v = _unit_velocity(len(x), rng)
+            segment = Segment()
+            counts["refreshes"] += 1
+            continue
+        obs = observe(x, heading)
+        counts["rows"] += obs.rows
+        if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
+            return finish(False)
+        observed = segment.add(clock, obs.value, obs.noise_var)
+        noise_level = _remember(noise_level, obs.noise_var)
+        if event == check:  # no proposal for a long while: look, without a decision
+            counts["checks"] += 1
+            segment = observed
+            continue
+        counts["proposals"] += 1
+        if counts["proposals"] > MAX_PROPOSALS:  # stop here, keeping the path so far
+            return finish(True, exhausted=True)
+        bound = interpolate_rate(knots, rates, clock)
+        expected += _violation_probability(fit, clock, bound)
+        positive = max(obs.value, 0.0)
+        if positive > bound:
+            counts["violations"] += 1
+            missed += (positive - bound) / bound if bound > 0.0 else 1.0
+        if rng.uniform() * bound >= positive:  # rejected: the observation joins the fit
+            segment = observed
+            continue
+        gradient = obs.gradient()  # accepted with min(1, [G]_+ / lambda): bounce
+        if not np.all(np.isfinite(gradient)):
+            return finish(False)
+        mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
+        path.turn()
+        v = reflect(v, metric * gradient)
+        if settings.metric_adaptation is not None:
+            grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
+        # the same minibatch after the bounce: -G_hat (Eq. 4), or its value under a new M
+        after = float(v @ (metric * gradient))
+        segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
+        counts["bounces"] += 1
+    return finish(True)
 
 
 def _remember(level: float, noise_var: float) -> float:
@@ -454,7 +347,7 @@ def _remember(level: float, noise_var: float) -> float:
     return level + NOISE_MEMORY * (noise_var - level)
 
 
-def _violation_probability(fit: LineFit, t: float, bound: float) -> float:
+def _violation_probability(fit, t: float, bound: float) -> float:
     """``P(G(t) > bound)`` under the regression's predictive law (Eq. 11)."""
     sd = fit.predictive_sd_at(t)
     if not sd > 0.0:
