@@ -19,8 +19,8 @@ states its defaults and, on the default noise-limited step size, its noise model
 from __future__ import annotations
 
 import math
-import warnings
 from abc import abstractmethod
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,12 +31,11 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
-from pymc_bigdata.errors import DivergenceWarning, StaleDataError
-from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.alarms import ChainAlarm
-from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
+from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation
+from pymc_bigdata.step_methods.chain_report import COMMON_STATS, ChainReport
 from pymc_bigdata.step_methods.divergence import (
     DivergenceCheck,
     kept_divergence_message,
@@ -46,7 +45,6 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     DrawRecord,
     GradientOracle,
     MinibatchEstimator,
-    NoiseSample,
 )
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
 from pymc_bigdata.step_methods.minibatches import Minibatches
@@ -54,20 +52,16 @@ from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.settings import (
     check_control_variates,
+    check_data_current,
     check_inner_steps,
     check_noise_bound,
     check_preconditioner,
     check_step_size,
+    step_layer,
 )
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.start import census_rows, starting_fit
-from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, StepContext
-from pymc_bigdata.step_methods.tuning import (
-    Geometry,
-    WindowAdaptation,
-    WindowOutcome,
-    step_size_due,
-)
+from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
@@ -85,45 +79,34 @@ class SubsamplingStep(ArrayStepShared):
     Parameters
     ----------
     vars
-        Value variables to sample: all of the model's free variables (default), or every
-        continuous one, the discrete ones held for another step of a compound step (e.g.
-        :class:`~pymc_bigdata.AusterityGibbs`); each configuration of the held values then
-        gets its own Laplace fit and anchor (:meth:`_switch_configuration`).
+        Value variables to sample: all free variables (default), or the continuous ones, the
+        discrete ones held by another step of a compound step (:mod:`.held`).
     model
         PyMC model (default: the one in context).
     batch_size
         Rows per minibatch ``n`` (``1 <= n <= N``); default ``min(1000, N)``.
     step_size
-        Step size in the preconditioned coordinates; default: adapted in tuning (the kernel's
-        curvature default, lowered until the gradient noise's share of the stationary
-        variance is at most ``noise_bound``).  A given value is kept fixed.
+        Step size in the preconditioned coordinates, kept fixed; default: tuned (the
+        sampler's step-size policy, :mod:`.step_size`).
     inner_steps
-        Transitions per recorded draw; default from the step size (one draw spans the
-        kernel's decorrelation time).
+        Transitions per recorded draw; default from the step size.
     preconditioner
         ``"auto"`` (dense up to 200 parameters, diagonal beyond), ``"dense"``, ``"diag"`` or
-        ``"identity"``; built from the Laplace fit, then from the chain's draws in tuning.
+        ``"identity"``; from the Laplace fit, then from the chain's draws in tuning.
     control_variates
-        ``True``/``"auto"`` (default): first order, or second order where it lowers the worst
-        coordinate's gradient noise enough to matter (decided in tuning); ``"first"``:
-        ``grad U(theta*) + (N/n) sum_i [grad l_i(theta) - grad l_i(theta*)]``; ``"second"``:
-        also subtract each row's Taylor term ``H_i (theta - theta*)`` and add back its
-        full-data sum (needs the dense Hessian, d <= 2000); ``False``: plain minibatch sums.
+        ``True``/``"auto"`` (default: second order where tuning finds that it lowers the
+        noise enough, else first), ``"first"``, ``"second"`` (the dense Hessian, d <= 2000)
+        or ``False`` (plain minibatch sums); see :mod:`.gradient_oracle`.
     adapt
         Adapt the preconditioner, the anchor and the step size in tuning (default True).
     noise_bound
         Largest share of the stationary variance the gradient noise may feed (0.05).
     census
-        Find the rows whose gradients move far more than the others' along typical
-        displacements (``CENSUS_FACTOR`` times the mean influence; e.g. the rows of a rare
-        feature or a tiny group) and include them in every minibatch with weight 1, the other
-        rows being subsampled with weight ``(N - C) / n`` (stratified sampling: unbiased, and
-        those rows add no noise). At most ``batch_size // 2`` rows, and ``N - batch_size``.
-    replace
-        Draw minibatch rows with replacement (default: without).
-    reshuffle
-        Without replacement: walk through random permutations of the rows (True, the
-        default) or draw independent minibatches (False; what a B-hat correction assumes).
+        Include the rows whose gradients move far more than the others' in every minibatch
+        with weight 1 (:func:`~.start.census_rows`; stratified, unbiased).
+    replace, reshuffle
+        Draw rows with replacement (default: without); without, walk through random
+        permutations (``reshuffle=True``, the default) or draw independent minibatches.
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     rng
@@ -144,20 +127,7 @@ class SubsamplingStep(ArrayStepShared):
     default_step_size: ClassVar[float] = 0.1
     default_inner_steps: ClassVar[int] = 10
 
-    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
-        "step_size": (np.float64, []),
-        "lp_est": (np.float64, []),
-        "rows_touched": (np.int64, []),
-        "batch_size": (np.int64, []),
-        "data_fraction": (np.float64, []),
-        "grad_noise_sd": (np.float64, []),
-        "noise_share": (np.float64, []),
-        "virial": (np.float64, []),
-        "cv_order": (np.int64, []),
-        "diverging": (bool, []),
-        "tune": (bool, []),
-        "warning": (SamplerWarning, None),
-    }
+    stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = dict(COMMON_STATS)
 
     def __init_subclass__(cls, **kwargs):
         """A sampler on the default (noise-limited) step-size policy states its noise model:
@@ -193,16 +163,7 @@ class SubsamplingStep(ArrayStepShared):
         compile_kwargs: dict | None = None,
         mode=None,
     ):
-        model = pm.modelcontext(model)
-        if mode is None and compile_kwargs:
-            mode = compile_kwargs.get("mode")
-        if layer is not None and layer.model is not model:
-            raise ValueError(
-                "The layer= given was built on a different model; build it with "
-                "MinibatchModel(model) for this model, or leave layer out."
-            )
-        self.layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
-        self._check_data_current()
+        self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         n_rows = self.layer.n_rows
         self._fixed_batch = batch_size is not None
         if batch_size is None:
@@ -221,7 +182,7 @@ class SubsamplingStep(ArrayStepShared):
         if inner_steps is not None:
             inner_steps = check_inner_steps(inner_steps)
         self._check_layer_settings()
-        self._set_up_laplace()
+        self._use(self._fit_configuration())
         census = self._find_census(census, int(batch_size))
         self.step_size = self.default_step() if step_size is None else step_size
         if inner_steps is None:
@@ -235,7 +196,8 @@ class SubsamplingStep(ArrayStepShared):
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
-        self.held_configurations = HeldConfigurations(self.layer.held_key, self._configuration())
+        own = Configuration(self.laplace, self.anchor, self.cv_order, self.map_problem)
+        self.held_configurations = HeldConfigurations(self.layer.held_key, own)
         self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()  # every hook it calls now finds its sampler set up
 
@@ -253,27 +215,20 @@ class SubsamplingStep(ArrayStepShared):
         """The sampler's set-up that needs the Laplace fit, the census and the rows (the
         second phase of ``__init__``; nothing of the chain exists yet)."""
 
-    def _set_up_laplace(self, start: np.ndarray | None = None) -> None:
-        """Preconditioner and anchor from the MAP, or the fallback when it is no mode."""
-        fit = starting_fit(self.layer, start, self.preconditioner_kind, type(self).__name__)
-        self.map_problem, anchor = fit.map_problem, fit.anchor
-        self.laplace = self.precond = fit.laplace
-        self.anchor: Anchor | None = anchor if self.cv_mode != "none" else None
-        has_curvature = self.anchor is not None and self.anchor.loglik_hessian is not None
-        if self.cv_mode == "second" and not has_curvature:
-            raise ValueError(
-                "control_variates='second' needs the dense full-data Hessian, which is not "
-                f"computed for d = {self.layer.dim} parameters; use 'first' or 'auto'."
-            )
-        self._second_order_available = has_curvature and self.cv_mode in ("auto", "second")
-        self.cv_order = {"none": 0, "first": 1, "second": 2, "auto": 2 if has_curvature else 1}[
-            self.cv_mode
-        ]
+    def _fit_configuration(self, start: np.ndarray | None = None) -> Configuration:
+        """The Laplace fit, anchor and control-variate order from the MAP (found from
+        ``start``), or the fallback when it is no mode (:func:`~.start.starting_fit`)."""
+        name = type(self).__name__
+        return starting_fit(self.layer, start, self.preconditioner_kind, name, self.cv_mode)
+
+    def _use(self, config: Configuration) -> None:
+        """Stand on a configuration's fit: the preconditioner is its Laplace fit."""
+        self.laplace, self.anchor, self.cv_order, self.map_problem = config
+        self.precond = self.laplace
+        self._second_order_available = config.has_curvature and self.cv_mode != "first"
+        self.order_choice = config.has_curvature and self.cv_mode == "auto"
 
     # ------------------------------------------------------------------ held variables
-    def _configuration(self) -> Configuration:
-        return Configuration(self.laplace, self.anchor, self.cv_order, self.map_problem)
-
     def step(self, point):
         """PyMC's step; first the held (discrete) variables' values from ``point``."""
         if self.layer.held_vars:
@@ -289,15 +244,8 @@ class SubsamplingStep(ArrayStepShared):
         first time it is met (a MAP search from the chain's last point) and kept; the
         kernel restarts in that fit's coordinates. The step size (in those coordinates) and
         the batch size carry over."""
-        key = self.layer.held_key
-        fit = self.held_configurations.get(key)
-        if fit is None:
-            self._set_up_laplace(self._last_theta)
-            fit = self._configuration()
-            self.held_configurations.add(key, fit)
-        self.laplace, self.anchor, self.cv_order, self.map_problem = fit
-        self.precond = self.laplace
-        self.held_configurations.current = key
+        fit = partial(self._fit_configuration, self._last_theta)  # a MAP search from there
+        self._use(self.held_configurations.switch(self.layer.held_key, fit))
         self._last_theta = None  # astep restarts the kernel in the new coordinates
         self._divergence.restart()  # another target: its level is not comparable
         self._reset_kernel_state()
@@ -335,14 +283,6 @@ class SubsamplingStep(ArrayStepShared):
         """Subclasses that assume independent minibatches override this."""
         return True if reshuffle is None else bool(reshuffle)
 
-    def _check_data_current(self) -> None:
-        if not self.layer.data_is_current():
-            raise StaleDataError(
-                "The model's data changed (pm.set_data) after this step's layer read it: its "
-                "rows, N, MAP and control-variate anchor would be stale. Build a new step "
-                "(and layer) after pm.set_data."
-            )
-
     @staticmethod
     def competence(var, has_grad):
         """Compatible with continuous variables: never chosen over NUTS unless preferred."""
@@ -354,7 +294,7 @@ class SubsamplingStep(ArrayStepShared):
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Per-chain generator and fresh chain state (sequential and parallel paths)."""
         super().setup_chain(rng, tune, draws)
-        self._check_data_current()
+        check_data_current(self.layer)
         self.minibatches.reset(self.rng)
         self._chain_tune, self._chain_draws = int(tune), int(draws)
         self._reset_chain_state()
@@ -365,7 +305,7 @@ class SubsamplingStep(ArrayStepShared):
 
     def stop_tuning(self) -> None:
         if self.tune and self.adapt:
-            self._adapt_step_size(final=True)
+            self._adaptation.choose_step_size(final=True)
         self.tune = False
 
     def _reset_chain_state(self) -> None:
@@ -376,27 +316,24 @@ class SubsamplingStep(ArrayStepShared):
         self._draw_index = 0
         if self.layer.held_vars:
             self.map_problem = self.held_configurations.restart().map_problem
-        self._windows = WindowAdaptation(
-            self.layer,
-            self.preconditioner_kind,
-            type(self).__name__,
-            self._chain_tune if self.adapt else 0,
-            trust_laplace=self.map_problem is None,
-            dense=self.precond.kind == "dense",
-            # each configuration of the held variables keeps its own Laplace fit: the
-            # tuning windows' draws (from several configurations) re-fit nothing
-            refits=not self.layer.held_vars,
-        )
         self._noise = NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
         self._divergence = DivergenceCheck()
-        self._stability_watch = StabilityWatch(self.layer.dim) if self.watches_stability else None
-        self._draw_virial = math.nan
-        self._warned_divergence = False
-        self.monitor = ChainMonitor(self.layer.dim)
-        self._alarms = self._make_alarms()
+        name = type(self).__name__
+        self._report = ChainReport(
+            name, self.layer.dim, self._make_alarms(), self.noise_bound, self.off_target_consequence
+        )
         self._step_policy = self._make_step_policy()
+        self._adaptation = ChainAdaptation(
+            self,
+            tune=self._chain_tune if self.adapt else 0,
+            policy=self._step_policy,
+            noise=self._noise,
+            stability=StabilityWatch(self.layer.dim) if self.watches_stability else None,
+            restart_kernel=self._reset_kernel_state,
+            fixed=(self._fixed_step, self._fixed_inner),
+        )
         self._reset_kernel_state()
 
     def _reset_kernel_state(self) -> None:
@@ -452,19 +389,18 @@ class SubsamplingStep(ArrayStepShared):
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
             z, finite, record = self._transitions(z0, self._gradient_oracle(measure))
-        lp, rows_read = record.log_density, record.rows_read
-        virial = self._virial(record)
+        lp, rows_read, virial = record.log_density, record.rows_read, record.virial()
         diverging = not finite or self._blew_up(z, record, virial)
         if diverging and self.accept_step:
             # the kernel's accept step decided: its state (a rejected divergence, or an
             # accepted move that looks like a blow-up) is the chain's, never undone
-            self._on_kept_divergence(blew_up=finite)
+            self._warn_divergence(kept_divergence_message(type(self).__name__, finite))
             lp, virial = math.nan, math.nan
         elif diverging:
             rows_read += self._on_divergence(z0)
             z, lp, virial = z0, math.nan, math.nan
         else:
-            self._commit_noise(record.noise)
+            self._noise.keep(record.noise)
             if math.isfinite(lp):
                 self._divergence.track.add(lp)
         theta = self.precond.theta(z)
@@ -472,43 +408,14 @@ class SubsamplingStep(ArrayStepShared):
         self._watch_draw(stats)
         self._draw_index += 1
         if self.tune and self.adapt:
-            self._draw_virial = stats["virial"]
-            self._watch_stability(diverging, stats["virial"])
+            self._adaptation.watch(diverging, self._kinetic_temperature(), virial)
             if not diverging:
-                self._adapt(theta)
+                self._adapt(theta, virial)
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(theta, q0.point_map_info), [stats]
-
-    def _measure_noise_at(self, z: np.ndarray) -> int:
-        """One measured gradient at ``z`` (two half minibatches), its noise kept; returns
-        the rows it read."""
-        oracle = self._gradient_oracle(measure=True)
-        with np.errstate(all="ignore"):
-            oracle.last(z)
-        record = oracle.record()
-        self._commit_noise(record.noise)
-        if math.isfinite(record.log_density):  # where the chain stays: the next drop's base
-            self._divergence.track.add(record.log_density)
-        return record.rows_read
-
-    def _virial(self, record: DrawRecord) -> float:
-        """``-z . grad / d`` at the draw's last gradient evaluation (NaN without one)."""
-        if record.grad is None:
-            return math.nan
-        return -float(record.position @ record.grad) / self.layer.dim
-
-    def _blew_up(self, z: np.ndarray, record: DrawRecord, virial: float) -> bool:
-        """Whether the draw left the posterior (:class:`~.divergence.DivergenceCheck`)."""
-        return self._divergence.blew_up(
-            z, record, virial, self._kinetic_temperature(), early=self.cv_order > 0
-        )
-
-    def _commit_noise(self, noise: NoiseSample | None) -> None:
-        """Keep the draw's noise measurement (:meth:`~.noise.NoiseAccumulator.keep`)."""
-        self._noise.keep(noise)
 
     def _chain_start(self, theta0: np.ndarray) -> np.ndarray:
         """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
@@ -523,15 +430,18 @@ class SubsamplingStep(ArrayStepShared):
     def _common_stats(
         self, lp: float, virial: float, diverging: bool, rows_read: int
     ) -> dict[str, Any]:
-        share, noise_var = self._current_noise()
+        noise_var = self._noise_variance(self.cv_order)
+        measured = noise_var.size > 0
         stats = {
             "step_size": self.step_size,
             "lp_est": lp,
             "rows_touched": rows_read,
             "batch_size": self.batch_size,
             "data_fraction": rows_read / self.layer.n_rows,
-            "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
-            "noise_share": share,
+            "grad_noise_sd": float(np.sqrt(noise_var.mean())) if measured else math.nan,
+            "noise_share": self._step_policy.share(self.step_size, noise_var)
+            if measured
+            else math.nan,
             "virial": virial,
             "cv_order": self.cv_order,
             "diverging": diverging,
@@ -543,37 +453,23 @@ class SubsamplingStep(ArrayStepShared):
 
     def _watch_draw(self, stats: dict[str, Any]) -> None:
         """Hand the draw's stats to the collaborators that watch them: the step-size policy
-        in tuning, the chain monitor and the sampler's alarms after it."""
+        in tuning, the chain's report after it."""
         if self.tune:
             self._step_policy.observe(stats)
-            return
-        self.monitor.add(stats["virial"], stats["noise_share"], self._kinetic_temperature())
-        for alarm in self._alarms:
-            alarm.observe(stats)
+        else:
+            self._report.observe(stats, self._kinetic_temperature())
 
-    def _make_alarms(self) -> list[ChainAlarm]:
-        """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
-        return []
+    def _end_of_chain_check(self) -> SamplerWarning | None:
+        if self._draw_index != self._chain_tune + self._chain_draws:
+            return None
+        return self._report.end_of_chain()
 
-    def _current_noise(self) -> tuple[float, np.ndarray]:
-        noise_var = self._noise_variance(self.cv_order)
-        if not noise_var.size:
-            return math.nan, noise_var
-        return self._step_policy.share(self.step_size, noise_var), noise_var
-
-    def _kinetic_temperature(self) -> float:
-        """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
-        return math.nan
-
-    def _on_kept_divergence(self, blew_up: bool) -> None:
-        """A divergence of a sampler with an accept step (``accept_step``): the chain keeps
-        the kernel's state (undoing an accepted move would break reversibility), the draw is
-        recorded as diverging, and after tuning a warning says so once."""
-        if self._warned_divergence or self.tune:
-            return
-        self._warned_divergence = True
-        message = kept_divergence_message(type(self).__name__, blew_up)
-        warnings.warn(message, DivergenceWarning, stacklevel=3)
+    # ------------------------------------------------------------------ divergences
+    def _blew_up(self, z: np.ndarray, record: DrawRecord, virial: float) -> bool:
+        """Whether the draw left the posterior (:class:`~.divergence.DivergenceCheck`)."""
+        return self._divergence.blew_up(
+            z, record, virial, self._kinetic_temperature(), early=self.cv_order > 0
+        )
 
     def _on_divergence(self, z0: np.ndarray) -> int:
         """A rejected draw: restart the kernel at ``z0``; returns the rows read here."""
@@ -583,81 +479,29 @@ class SubsamplingStep(ArrayStepShared):
             # the step is still the curvature default, blind to the gradient noise (e.g. a
             # chain's first draws): measure it where the chain stays, so that the next
             # draw's step (set by the halving that follows) accounts for it
-            rows_read = self._measure_noise_at(z0)
-        if not self._warned_divergence and not self.tune:  # tuning handles its own
-            self._warned_divergence = True
-            message = rejected_divergence_message(type(self).__name__)
-            warnings.warn(message, DivergenceWarning, stacklevel=2)
+            oracle = self._gradient_oracle(measure=True)
+            with np.errstate(all="ignore"):
+                oracle.last(z0)
+            record = oracle.record()
+            self._noise.keep(record.noise)
+            if math.isfinite(record.log_density):  # where the chain stays: the next base
+                self._divergence.track.add(record.log_density)
+            rows_read = record.rows_read
+        self._warn_divergence(rejected_divergence_message(type(self).__name__))
         return rows_read
 
+    def _warn_divergence(self, message: str) -> None:
+        """After tuning, one warning per chain (tuning handles its own divergences)."""
+        if not self.tune:
+            self._report.divergence(message)
+
+    # ------------------------------------------------------------------ sampler's declarations
     #: what the end-of-chain alarm says an off-target chain's draws likely are
     off_target_consequence: ClassVar[str] = "Its draws are likely too dispersed."
 
-    def _end_of_chain_check(self) -> SamplerWarning | None:
-        if self._draw_index != self._chain_tune + self._chain_draws:
-            return None
-        name = type(self).__name__
-        verdict = self.monitor.verdict(name, self.noise_bound, self.off_target_consequence)
-        problems = [] if verdict is None else [verdict]
-        for alarm in self._alarms:
-            problems += alarm.problems(name)
-        if not problems:
-            return None
-        return self._raise_bias_warning(" ".join(problems))
-
-    def _raise_bias_warning(self, message: str) -> SamplerWarning:
-        """Warn now, and hand PyMC the same message for its end-of-sampling report."""
-        return bias_warning(message, stacklevel=5)
-
-    # ------------------------------------------------------------------ adaptation
-    def _adapt(self, theta: np.ndarray) -> bool:
-        """After a tuning draw: the windows collect it (:mod:`.tuning`) and, at a window's
-        end, the step applies what they changed; the step size is re-chosen on its schedule.
-        Returns whether a window ended."""
-        index, windows = self._draw_index, self._windows
-        ended = windows.collect(index, theta, self._draw_virial)
-        if ended:
-            geometry = Geometry(self.laplace, self.precond, self.anchor)
-            travel = self.step_size * self.inner_steps
-            outcome = windows.end_window(geometry, self._stability_watch, travel)
-            if outcome is not None:
-                self._apply_window(outcome)
-        if step_size_due(index, windows.terminal_start):
-            self._adapt_step_size(final=False)
-        return ended
-
-    def _apply_window(self, outcome: WindowOutcome) -> None:
-        """Take a window's fit, preconditioner and anchor; start afresh what they void."""
-        old_precond = self.precond
-        self.laplace, self.precond, self.anchor = outcome.geometry
-        if outcome.refit:
-            self._noise = NoiseAccumulator(self.layer.dim)
-            if self._stability_watch is not None:
-                self._stability_watch.restart()
-            self._adapt_step_size(final=False)
-        elif outcome.recentred:
-            self._noise.recentred()
-        if self.precond is not old_precond:
-            self._step_policy.new_coordinates(self.step_size)
-        if outcome.restart_kernel:
-            self._reset_kernel_state()
-
-    def _watch_stability(self, diverging: bool, virial: float) -> None:
-        """Feed the tuning draw to the stability watch (:mod:`.stability`): a changed factor
-        re-chooses the step size, a hot block restarts the kernel."""
-        watch = self._stability_watch
-        if self._fixed_step or watch is None:
-            return
-        kinetic = self._kinetic_temperature()
-        verdict = watch.observe(diverging, kinetic if math.isfinite(kinetic) else virial)
-        if verdict.hot:
-            self._reset_kernel_state()
-        if verdict.factor_changed:
-            self._adapt_step_size(final=False)
-
-    def _stability_factor(self) -> float:
-        """The watch's factor on the default step size (1 without a watch)."""
-        return 1.0 if self._stability_watch is None else self._stability_watch.factor
+    def _make_alarms(self) -> list[ChainAlarm]:
+        """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
+        return []
 
     def _make_step_policy(self) -> NoiseLimitedStepSize:
         """The step-size policy this sampler declares (:mod:`.step_size`): by default
@@ -672,29 +516,14 @@ class SubsamplingStep(ArrayStepShared):
             replace=self.replace,
         )
 
-    def _step_context(self) -> StepContext:
-        return StepContext(
-            default_step=self.default_step() * self._stability_factor(),
-            cv_order=self.cv_order,
-            batch_size=self.batch_size,
-            noise_variance=lambda order, n: (
-                self._noise.variance(order) * self.minibatches.batch_factor(n)
-            ),
-            unit_noise_variance=self._noise.variance,
-            order_choice=self._second_order_available and self.cv_mode == "auto",
-        )
+    def _kinetic_temperature(self) -> float:
+        """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
+        return math.nan
 
-    def _adapt_step_size(self, final: bool) -> None:
-        """Apply the step-size policy's choice; the inner steps follow the step size."""
-        choice = self._step_policy.choose(self._step_context(), final)
-        if choice.cv_order is not None:
-            self.cv_order = choice.cv_order
-        if choice.batch_size is not None and choice.batch_size != self.batch_size:
-            self.minibatches.resize(choice.batch_size)
-        if choice.step_size is not None:
-            self.step_size = choice.step_size
-        if choice.inner and not self._fixed_inner:
-            self.inner_steps = min(self.default_inner(), self.max_inner_steps)
+    def _adapt(self, theta: np.ndarray, virial: float) -> bool:
+        """A kept tuning draw for the chain's adaptation (:mod:`.chain_adaptation`);
+        returns whether a tuning window ended."""
+        return self._adaptation.collect(self._draw_index, theta, virial)
 
     @abstractmethod
     def _transitions(

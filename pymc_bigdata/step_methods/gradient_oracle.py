@@ -53,6 +53,12 @@ class DrawRecord(NamedTuple):
     log_density: float = math.nan
     noise: NoiseSample | None = None
 
+    def virial(self) -> float:
+        """``-z . grad / d`` at the last gradient evaluation (NaN without one)."""
+        if self.grad is None:
+            return math.nan
+        return -float(self.position @ self.grad) / len(self.position)
+
 
 @dataclass(frozen=True)
 class MinibatchEstimator:

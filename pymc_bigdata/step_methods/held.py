@@ -9,6 +9,7 @@ is met and kept (at most ``MAX_CONFIGURATIONS``; the oldest is dropped beyond).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pymc_bigdata.model.anchor import Anchor
@@ -29,6 +30,11 @@ class Configuration(NamedTuple):
     anchor: Anchor | None
     cv_order: int
     map_problem: str | None
+
+    @property
+    def has_curvature(self) -> bool:
+        """Whether the anchor holds the dense full-data Hessian (second order possible)."""
+        return self.anchor is not None and self.anchor.loglik_hessian is not None
 
 
 class HeldConfigurations:
@@ -51,6 +57,16 @@ class HeldConfigurations:
     def get(self, key: bytes) -> Configuration | None:
         """The configuration's fit, if it was met before (and kept)."""
         return self._fits.get(key)
+
+    def switch(self, key: bytes, fit: Callable[[], Configuration]) -> Configuration:
+        """Make ``key`` the current configuration; its fit, from ``fit()`` the first time it
+        is met (and kept)."""
+        config = self._fits.get(key)
+        if config is None:
+            config = fit()
+            self.add(key, config)
+        self.current = key
+        return config
 
     def add(self, key: bytes, fit: Configuration) -> None:
         """Keep a new configuration's fit (dropping the oldest beyond the capacity)."""

@@ -357,7 +357,7 @@ class HMCECS(SubsamplingStep):
         it on the schedule (until the terminal buffer, so that the step size settles with it)."""
         if not self.exact:  # exact: nothing to learn
             self._tuning.measure(evaluation, self.subsample_size, self.products)
-        terminal_start = self._windows.terminal_start
+        terminal_start = self._adaptation.windows.terminal_start
         last = terminal_start if terminal_start else self._chain_tune
         if self._tuning.due(self._draw_index + 1, last):
             self._choose_space(self._tuning.recent_thetas)
@@ -427,15 +427,15 @@ class HMCECS(SubsamplingStep):
             self._subsample = self._evaluation = None
 
     # ------------------------------------------------------------------ base hooks
-    def _adapt(self, theta: np.ndarray) -> bool:
+    def _adapt(self, theta: np.ndarray, virial: float) -> bool:
         """The base's windows (a new preconditioner restarts dual averaging there); then, at
         a window's end where the control variates are poor (``_poor_control_variates``), the
         anchor and its curvature move to the window's mean. A moved anchor restarts the
         measurements for ``m`` (the residuals changed)."""
-        if self._windows.collecting(self._draw_index):
+        if self._adaptation.windows.collecting(self._draw_index):
             self._window_sum += theta
             self._window_count += 1
-        ended = super()._adapt(theta)
+        ended = super()._adapt(theta, virial)
         if ended:
             poor = self._tuning.poor_control_variates()
             if poor and self._window_count >= MIN_REFIT_DRAWS:

@@ -25,8 +25,13 @@ class NoiseAccumulator:
     MIN_FRESH = 20
 
     def __init__(self, dim: int):
-        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
-        self._stale = {1: _Mean(dim), 2: _Mean(dim)}
+        self.dim = dim
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget every measurement (the target's coordinates were re-fitted)."""
+        self._fresh = {1: _Mean(self.dim), 2: _Mean(self.dim)}
+        self._stale = {1: _Mean(self.dim), 2: _Mean(self.dim)}
 
     def add(self, first: np.ndarray, second: np.ndarray | None) -> None:
         self._fresh[1].add(first)
@@ -49,8 +54,7 @@ class NoiseAccumulator:
 
     def recentred(self) -> None:
         self._stale = self._fresh
-        dim = len(self._fresh[1].mean)
-        self._fresh = {1: _Mean(dim), 2: _Mean(dim)}
+        self._fresh = {1: _Mean(self.dim), 2: _Mean(self.dim)}
 
     def variance(self, order: int) -> np.ndarray:
         order = max(order, 1)

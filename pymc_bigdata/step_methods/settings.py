@@ -5,14 +5,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pymc as pm
+
+from pymc_bigdata.errors import StaleDataError
+from pymc_bigdata.model.minibatch import MinibatchModel
+
 __all__ = [
     "DENSE_PRECONDITIONER_MAX_DIM",
+    "check_data_current",
     "check_control_variates",
     "check_inner_steps",
     "check_noise_bound",
     "check_positive",
     "check_preconditioner",
     "check_step_size",
+    "step_layer",
 ]
 
 #: above this many parameters the automatic preconditioner is diagonal rather than dense
@@ -72,3 +79,35 @@ def check_control_variates(value: bool | str) -> str:
     raise ValueError(
         f"control_variates must be True, False, 'auto', 'first' or 'second', got {value!r}."
     )
+
+
+def step_layer(
+    model: pm.Model | None,
+    vars,
+    layer: MinibatchModel | None,
+    mode=None,
+    compile_kwargs: dict | None = None,
+) -> MinibatchModel:
+    """The model layer a step uses: ``layer`` when given (built on the same model), else a
+    new one on ``vars`` (PyMC's ``compile_kwargs["mode"]`` stands for ``mode``)."""
+    model = pm.modelcontext(model)
+    if mode is None and compile_kwargs:
+        mode = compile_kwargs.get("mode")
+    if layer is not None and layer.model is not model:
+        raise ValueError(
+            "The layer= given was built on a different model; build it with "
+            "MinibatchModel(model) for this model, or leave layer out."
+        )
+    layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
+    check_data_current(layer)
+    return layer
+
+
+def check_data_current(layer: MinibatchModel) -> None:
+    """Refuse a layer whose model's data changed (``pm.set_data``) after it read them."""
+    if not layer.data_is_current():
+        raise StaleDataError(
+            "The model's data changed (pm.set_data) after this step's layer read it: its "
+            "rows, N, MAP and control-variate anchor would be stale. Build a new step "
+            "(and layer) after pm.set_data."
+        )

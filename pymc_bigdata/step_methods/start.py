@@ -5,7 +5,6 @@ census stratum of rows that every minibatch includes."""
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 
@@ -14,9 +13,10 @@ from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.step_methods.held import Configuration
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
-__all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "StartingFit", "census_rows", "starting_fit"]
+__all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "census_rows", "starting_fit"]
 
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
@@ -26,37 +26,45 @@ CENSUS_FACTOR = 20.0
 CENSUS_DIRECTIONS = 4
 
 
-class StartingFit(NamedTuple):
-    """The fit a step starts from: the preconditioner (the Laplace fit, or the fallback's
-    diagonal one), the control-variate anchor, and why the MAP is no mode (None if it is)."""
-
-    laplace: Preconditioner
-    anchor: Anchor
-    map_problem: str | None
+#: the control-variate order each ``control_variates`` setting starts at (``"auto"``: second
+#: order where the dense full-data Hessian is known, else first)
+_START_ORDER = {"none": 0, "first": 1, "second": 2}
 
 
 def starting_fit(
-    layer: MinibatchModel, start: np.ndarray | None, kind: str, name: str
-) -> StartingFit:
-    """The Laplace fit at the (cached) MAP from ``start``; where the MAP is no usable mode,
-    a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``."""
+    layer: MinibatchModel, start: np.ndarray | None, kind: str, name: str, cv_mode: str
+) -> Configuration:
+    """The Laplace fit at the (cached) MAP from ``start``, the anchor there (None with
+    ``cv_mode="none"``) and the starting control-variate order; where the MAP is no usable
+    mode, a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``."""
     fit = layer.map_estimate(start)
     if fit.problem is None:
         laplace = Preconditioner.from_precision(fit.theta, fit.hessian, kind)
-        return StartingFit(laplace, layer.map_anchor(), None)
-    center = layer.initial_theta
-    anchor, precision = fallback_anchor(layer, center)
+        anchor = layer.map_anchor()
+    else:
+        center = layer.initial_theta
+        anchor, precision = fallback_anchor(layer, center)
+        _warn_no_mode(name, fit.problem)
+        laplace = Preconditioner.from_precision(center, precision, "diag")
+    config = Configuration(laplace, anchor if cv_mode != "none" else None, 0, fit.problem)
+    if cv_mode == "second" and not config.has_curvature:
+        raise ValueError(
+            "control_variates='second' needs the dense full-data Hessian, which is not "
+            f"computed for d = {layer.dim} parameters; use 'first' or 'auto'."
+        )
+    order = _START_ORDER.get(cv_mode, 2 if config.has_curvature else 1)
+    return config._replace(cv_order=order)
+
+
+def _warn_no_mode(name: str, problem: str) -> None:
     warnings.warn(
-        f"{name}: the MAP search did not find a usable mode: {fit.problem}. The chains start "
+        f"{name}: the MAP search did not find a usable mode: {problem}. The chains start "
         "from the model's initial point with a diagonal preconditioner from the curvature "
         "there, and tuning re-centres the control variates and re-estimates the "
         "preconditioner from the draws. Use more tuning draws, and prefer a non-centred "
         "parameterisation for hierarchical models (a = mu + tau * z, z ~ Normal(0, 1)).",
         ModeWarning,
-        stacklevel=4,
-    )
-    return StartingFit(
-        Preconditioner.from_precision(center, precision, "diag"), anchor, fit.problem
+        stacklevel=5,
     )
 
 

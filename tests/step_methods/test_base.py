@@ -351,12 +351,12 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
 
     def end_window(moments, virials):
         """A window of these draws ends; the step applies the outcome."""
-        windows = step._windows
+        windows = step._adaptation.windows
         windows._moments, windows._virials = moments, virials
         geometry = Geometry(step.laplace, step.precond, step.anchor)
         outcome = windows.end_window(geometry, None, step.step_size * step.inner_steps)
         if outcome is not None:
-            step._apply_window(outcome)
+            step._adaptation.apply_window(outcome)
         return windows
 
     # a window still travelling (mean virial far from 1): nothing changes yet

@@ -1,0 +1,95 @@
+"""What a chain tells its user: one divergence warning after tuning, and at the chain's end
+one ``BiasWarning`` that joins the chain monitor's verdict (:mod:`.diagnostics`) and the
+sampler's own alarms (:mod:`.alarms`).
+
+A step holds one :class:`ChainReport` per chain. It sees the statistics of every kept
+draw after tuning; it changes no other object.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from pymc.stats.convergence import SamplerWarning
+
+from pymc_bigdata.errors import DivergenceWarning
+from pymc_bigdata.step_methods.alarms import ChainAlarm
+from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
+
+__all__ = ["COMMON_STATS", "ChainReport"]
+
+#: the statistics every step method reports per draw (a sampler adds its own)
+COMMON_STATS: dict[str, tuple[Any, list | None]] = {
+    "step_size": (np.float64, []),
+    "lp_est": (np.float64, []),
+    "rows_touched": (np.int64, []),
+    "batch_size": (np.int64, []),
+    "data_fraction": (np.float64, []),
+    "grad_noise_sd": (np.float64, []),
+    "noise_share": (np.float64, []),
+    "virial": (np.float64, []),
+    "cv_order": (np.int64, []),
+    "diverging": (bool, []),
+    "tune": (bool, []),
+    "warning": (SamplerWarning, None),
+}
+
+
+class ChainReport:
+    """One chain's warnings.
+
+    Parameters
+    ----------
+    sampler
+        The sampler's name, as the messages give it.
+    dim
+        Parameters sampled (the monitor's virial is per coordinate).
+    alarms
+        The sampler's own end-of-chain alarms.
+    noise_bound
+        The gradient noise's largest share of the stationary variance.
+    consequence
+        What the bias warning says an off-target chain's draws likely are.
+    """
+
+    def __init__(
+        self,
+        sampler: str,
+        dim: int,
+        alarms: list[ChainAlarm],
+        noise_bound: float,
+        consequence: str,
+    ):
+        self.sampler = sampler
+        self.monitor = ChainMonitor(dim)
+        self.alarms = alarms
+        self.noise_bound = noise_bound
+        self.consequence = consequence
+        self.warned_divergence = False
+
+    def observe(self, stats: dict[str, Any], kinetic_temperature: float) -> None:
+        """A kept draw after tuning: the monitor and each alarm see its statistics."""
+        self.monitor.add(stats["virial"], stats["noise_share"], kinetic_temperature)
+        for alarm in self.alarms:
+            alarm.observe(stats)
+
+    def divergence(self, message: str) -> None:
+        """A divergence after tuning: warn once per chain (the draws' ``diverging`` stat
+        counts them all)."""
+        if self.warned_divergence:
+            return
+        self.warned_divergence = True
+        warnings.warn(message, DivergenceWarning, stacklevel=4)
+
+    def end_of_chain(self) -> SamplerWarning | None:
+        """After the chain's last draw: one bias warning naming every problem found (warned
+        now, and returned for PyMC's end-of-sampling report), or None."""
+        verdict = self.monitor.verdict(self.sampler, self.noise_bound, self.consequence)
+        problems = [] if verdict is None else [verdict]
+        for alarm in self.alarms:
+            problems += alarm.problems(self.sampler)
+        if not problems:
+            return None
+        return bias_warning(" ".join(problems), stacklevel=5)
