@@ -8,6 +8,11 @@ windows' draws), the anchor ``theta*`` (re-centred on the draws, Sec. 6.3), the 
 averaging to a mean acceptance of 0.8 at a fixed trajectory length, Sec. 6.3), the subsample
 size ``m`` (perturbed; mean ``sigma_hat^2`` at the draws near ``loglik_var_target``, Sec. 3.1)
 and ``lambda`` and ``a`` (signed; :func:`~pymc_bigdata.kernels.hmcecs.block_poisson_settings`).
+
+Its collaborators: the per-draw estimates (:mod:`.hmcecs_estimates`), the settings checks
+(:mod:`.hmcecs_settings`), the choice of the Taylor space, ``m``, ``lambda``, ``a`` and of the
+anchor to move to (:mod:`.hmcecs_subsample`, from the measurements of :mod:`.hmcecs_tuning`),
+and the per-draw statistics (:mod:`.hmcecs_stats`).
 """
 
 from __future__ import annotations
@@ -31,32 +36,20 @@ from pymc_bigdata.step_methods.hmcecs_estimates import (
     EstimatorSettings,
     ExactCache,
     SubsampleEstimates,
-    anchor_at,
-    residual_spreads,
-    take_pool_rows,
 )
 from pymc_bigdata.step_methods.hmcecs_settings import (
     TAYLOR_SPACES,
     check_layer_settings,
     check_settings,
 )
-from pymc_bigdata.step_methods.hmcecs_tuning import (
-    SubsampleTuning,
-    candidate_spaces,
-)
+from pymc_bigdata.step_methods.hmcecs_stats import HMCECS_STATS, draw_stats
+from pymc_bigdata.step_methods.hmcecs_subsample import SubsampleSettings, SubsampleTuner
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["HMCECS"]
 
-#: the smallest automatic subsample size (perturbed): below it sigma_hat^2 is itself noisy
-MIN_SUBSAMPLE = 100
-
 #: most leapfrog steps per iteration (a trajectory shorter than asked for beyond it)
 MAX_LEAPFROG = 200
-
-
-#: a window re-fits the anchor only from at least this many draws
-MIN_REFIT_DRAWS = 20
 
 
 class HMCECS(SubsamplingStep):
@@ -134,18 +127,7 @@ class HMCECS(SubsamplingStep):
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
-        "accept_prob": (np.float64, []),
-        "accepted": (bool, []),
-        "subsample_accept": (np.float64, []),
-        "loglik_var": (np.float64, []),
-        "sign": (np.int64, []),
-        "n_steps": (np.int64, []),
-        "energy_error": (np.float64, []),
-        "subsample_size": (np.int64, []),
-        "products": (np.int64, []),
-        "lower_bound": (np.float64, []),
-        "taylor_inputs": (bool, []),
-        "trajectory_truncated": (bool, []),
+        **HMCECS_STATS,
     }
 
     #: the Taylor expansion's spaces (``taylor_space``)
@@ -190,8 +172,6 @@ class HMCECS(SubsamplingStep):
         )
         self.estimator, self._given_space, self._given_order = estimator, taylor_space, taylor_order
         self._given_counts = counts
-        self._given_size, self._given_blocks = counts.subsample_size, counts.blocks
-        self._given_minibatch, self._given_products = counts.minibatch, counts.products
         self._given_lower_bound = None if lower_bound is None else float(lower_bound)
         self.refreshed_products = counts.refreshed_products
         self.trajectory_length = float(trajectory_length)
@@ -214,25 +194,29 @@ class HMCECS(SubsamplingStep):
     # ------------------------------------------------------------------ set-up
     def _check_layer_settings(self) -> None:
         """The settings that need N or d, before the full-data MAP search."""
-        check_layer_settings(
-            self._given_counts,
-            self._given_order,
-            self._given_space,
-            self.layer.n_rows,
-            self.layer.dim,
-            self.layer.likelihood_inputs,
-        )
-        blocks = self._given_counts.blocks or 0
-        self.min_subsample = min(self.layer.n_rows, max(MIN_SUBSAMPLE, blocks))
+        check_layer_settings(self._given_counts, self._given_order, self._given_space, self.layer)
 
     def _prepare(self) -> None:
-        """The Taylor order (2 where the anchor has the full-data Hessian) and the pool of
-        subsampled rows (all but the census stratum, which every estimate includes)."""
-        given = self._given_order
+        """The Taylor order (2 where the anchor has the full-data Hessian), the pool of
+        subsampled rows (all but the census stratum, which every estimate includes) and the
+        subsample tuning (:mod:`.hmcecs_subsample`)."""
+        given, n_rows = self._given_order, self.layer.n_rows
         self.taylor_order = given if given is not None else (2 if self._has_curvature() else 1)
         self.cv_order = self.taylor_order
-        self._pool_rows = (
-            np.setdiff1d(np.arange(self.layer.n_rows), self.census) if len(self.census) else None
+        self._pool_rows = np.setdiff1d(np.arange(n_rows), self.census) if len(self.census) else None
+        self.minibatch = self._given_counts.minibatch or min(self.default_minibatch, n_rows)
+        self._tuner = SubsampleTuner(
+            self.layer,
+            pool_rows=self._pool_rows,
+            pool=self._pool_size(),
+            estimator=self.estimator,
+            given=self._given_counts,
+            given_space=self._given_space,
+            given_lower_bound=self._given_lower_bound,
+            taylor_order=self.taylor_order,
+            minibatch=self.minibatch,
+            loglik_var_target=self.loglik_var_target,
+            sign_tolerance=self.sign_tolerance,
         )
 
     def _has_curvature(self) -> bool:
@@ -240,24 +224,12 @@ class HMCECS(SubsamplingStep):
 
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
-        n_rows = self.layer.n_rows
-        self.subsample_size = self._given_size or min(1000, n_rows)
-        self.minibatch = self._given_minibatch or min(self.default_minibatch, n_rows)
-        self.products = self._given_products or 1
-        self.lower_bound = self._given_lower_bound if self._given_lower_bound is not None else -1.0
         self._subsample: Subsample | None = None
         self._evaluation: Evaluation | None = None
         self._info: HMCECSInfo | None = None
-        self._anchor_seen = self.anchor
-        self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
-        self._tuning = SubsampleTuning(
-            signed=self.estimator == "signed",
-            loglik_var_target=self.loglik_var_target,
-            sign_tolerance=self.sign_tolerance,
-            min_subsample=self.min_subsample,
-        )
+        self._tuner.restart(self.anchor)
+        self.taylor_space, self.subsample_size, self.products, self.lower_bound = self._tuner.start
         self.inner_steps = self._n_steps()
-        self.taylor_space = "parameters" if self._given_space == "auto" else self._given_space
 
     def _reset_kernel_state(self) -> None:
         """Keep the subsample (redrawing it outside the MH update would bias ``u``'s law);
@@ -267,7 +239,7 @@ class HMCECS(SubsamplingStep):
 
     @property
     def blocks(self) -> int:
-        return self._given_blocks or min(self.default_blocks, self.subsample_size)
+        return self._given_counts.blocks or min(self.default_blocks, self.subsample_size)
 
     def _wanted_steps(self) -> int:
         """Leapfrog steps for ``trajectory_length`` at the current step size."""
@@ -290,9 +262,9 @@ class HMCECS(SubsamplingStep):
         not ``m`` rows drawn with replacement, which would still be noisy."""
         return self.estimator == "perturbed" and self.subsample_size >= self._pool_size()
 
-    def _estimates(self) -> SubsampleEstimates:
-        """This draw's estimates (:mod:`.hmcecs_estimates`) under the current settings."""
-        settings = EstimatorSettings(
+    def _estimator_settings(self) -> EstimatorSettings:
+        """The estimator's settings now (:mod:`.hmcecs_estimates`)."""
+        return EstimatorSettings(
             self.estimator,
             self.taylor_order,
             self.taylor_space,
@@ -303,6 +275,10 @@ class HMCECS(SubsamplingStep):
             self.refreshed_products,
             self.lower_bound,
         )
+
+    def _estimates(self) -> SubsampleEstimates:
+        """This draw's estimates (:mod:`.hmcecs_estimates`) under the current settings."""
+        settings, cache = self._estimator_settings(), self._exact_evaluation
         return SubsampleEstimates(
             self.layer,
             self.minibatches,
@@ -310,7 +286,7 @@ class HMCECS(SubsamplingStep):
             self.precond,
             self.anchor,
             settings,
-            self._exact_evaluation,
+            cache,
         )
 
     # ------------------------------------------------------------------ one draw
@@ -319,8 +295,9 @@ class HMCECS(SubsamplingStep):
     ) -> tuple[np.ndarray, bool, DrawRecord]:
         """One Algorithm 1 iteration on its own estimates (:mod:`.hmcecs_estimates`), not the
         oracle."""
-        if self.tune and not self._tuning.piloted:
-            self._pilot(z0)
+        if self.tune and not self._tuner.piloted:
+            theta0 = self.precond.theta(z0)
+            self._apply(self._tuner.pilot(theta0, self._settings(), self.anchor, self.rng))
         estimates = self._estimates()
         if self._subsample is None:
             self._subsample = estimates.fresh(self.rng)
@@ -336,8 +313,7 @@ class HMCECS(SubsamplingStep):
         self._subsample, self._evaluation = new_state.subsample, new_state.evaluation
         if self.tune and self.adapt:
             self._tune_step(info)
-            self._tuning.note_position(self.precond.theta(new_state.position))
-            self._measure(new_state.evaluation)
+            self._retune(new_state.position, new_state.evaluation)
         evaluation = new_state.evaluation
         record = DrawRecord(
             estimates.rows_read, new_state.position, evaluation.grad, evaluation.logp
@@ -352,107 +328,45 @@ class HMCECS(SubsamplingStep):
         self.inner_steps = self._n_steps()
 
     # ------------------------------------------------------------------ tuning m, lambda, a
-    def _measure(self, evaluation: Evaluation) -> None:
-        """Collect what the automatic ``m`` (or ``lambda``, ``a``) is chosen from, and re-choose
-        it on the schedule (until the terminal buffer, so that the step size settles with it)."""
-        if not self.exact:  # exact: nothing to learn
-            self._tuning.measure(evaluation, self.subsample_size, self.products)
-        terminal_start = self._adaptation.windows.terminal_start
-        last = terminal_start if terminal_start else self._chain_tune
-        if self._tuning.due(self._draw_index + 1, last):
-            self._choose_space(self._tuning.recent_thetas)
-            self._retune_subsample()
-
-    def _pilot(self, z0: np.ndarray) -> None:
-        """At a chain's first tuning draw: the Taylor space (``"auto"``) and one estimate of
-        the residuals' spread at the start (``min(1000, N)`` rows), so that the first
-        iterations already use a sensible size."""
-        self._tuning.piloted = True
-        fixed = (self.estimator == "perturbed" and self._given_size is not None) or (
-            self.estimator == "signed" and self._given_products is not None
+    def _retune(self, z: np.ndarray, evaluation: Evaluation) -> None:
+        """A tuning draw's measurements for the automatic ``m`` (or ``lambda``, ``a``) and
+        the Taylor space, re-chosen on the schedule (:mod:`.hmcecs_subsample`)."""
+        last = self._adaptation.windows.terminal_start or self._chain_tune
+        theta, index = self.precond.theta(z), self._draw_index + 1
+        current = self._settings()
+        self._apply(
+            self._tuner.after_draw(theta, evaluation, current, index, last, self.anchor, self.rng)
         )
-        if fixed and len(self._spaces()) == 1:
-            return  # nothing to choose: no measurement, no random numbers used
-        self._choose_space([self.precond.theta(z0)], force=True)
-        if not fixed:
-            self._retune_subsample()
-        self._tuning.forget()
 
-    def _spaces(self) -> list[str]:
-        """The Taylor spaces to choose between (:func:`~.hmcecs_tuning.candidate_spaces`)."""
-        inputs = self.layer.likelihood_inputs
-        return candidate_spaces(self._given_space, self.estimator, self.taylor_order, inputs)
-
-    def _choose_space(self, thetas: list[np.ndarray], force: bool = False) -> None:
-        """Measure the residuals' spread at ``thetas`` on one fresh set of ``min(1000, N)``
-        rows in each candidate space, keep the space whose ``SIZE_QUANTILE`` of the spread is
-        smaller (ties: the parameters) and seed the measurements for ``m`` (or ``lambda``,
-        ``a``) with its numbers.  Without a choice to make, only ``force`` (the pilot)
-        measures."""
-        spaces = self._spaces()
-        if not thetas or (len(spaces) == 1 and not force):
-            return
-        n_rows = self._pool_size()
-        positions = self.rng.integers(n_rows, size=min(1000, n_rows))
-        rows = take_pool_rows(self.layer, self._pool_rows, positions)
-        ddof = 0 if self.estimator == "perturbed" else 1  # as (4.3), and the signed rule's
-        terms = self.layer.difference_terms
-        spreads = residual_spreads(
-            terms, rows, self.anchor, self.taylor_order, spaces, thetas, n_rows, ddof
+    def _settings(self) -> SubsampleSettings:
+        """The tuned settings now."""
+        return SubsampleSettings(
+            self.taylor_space, self.subsample_size, self.products, self.lower_bound
         )
-        if not spreads:
-            return
-        best = self._tuning.best_space(spreads)
-        if best != self.taylor_space:  # the measurements so far belong to the other expansion
-            self.taylor_space = best
+
+    def _apply(self, chosen: SubsampleSettings) -> None:
+        """Use the tuning's settings: a new space re-evaluates the estimate, a new ``m``,
+        ``lambda`` or ``a`` redraws the subsample."""
+        if chosen.taylor_space != self.taylor_space:
             self._evaluation = None
-            self._tuning.forget()
-        self._tuning.seed(spreads[best], self._pool_size(), self.minibatch)
-
-    def _retune_subsample(self) -> None:
-        """Apply the tuning's ``m`` (perturbed) or ``lambda``, ``a`` (signed), unless given;
-        a change redraws the subsample."""
-        pool = self._pool_size()
-        if self.estimator == "perturbed":
-            size = None if self._given_size is not None else self._tuning.subsample_size(pool)
-            if size is not None and size != self.subsample_size:
-                self.subsample_size = size
-                self._subsample = self._evaluation = None
-            return
-        if self._given_products is not None:
-            return
-        settings = self._tuning.signed_settings(pool, self.minibatch)
-        if settings is not None and settings != (self.products, self.lower_bound):
-            self.products, self.lower_bound = settings
+        if chosen[1:] != (self.subsample_size, self.products, self.lower_bound):
             self._subsample = self._evaluation = None
+        self.taylor_space, self.subsample_size, self.products, self.lower_bound = chosen
 
     # ------------------------------------------------------------------ base hooks
     def _adapt(self, theta: np.ndarray, virial: float) -> bool:
         """The base's windows (a new preconditioner restarts dual averaging there); then, at
-        a window's end where the control variates are poor (``_poor_control_variates``), the
-        anchor and its curvature move to the window's mean. A moved anchor restarts the
-        measurements for ``m`` (the residuals changed)."""
+        a window's end where the control variates are poor, the anchor and its curvature move
+        to the window's mean (:meth:`~.hmcecs_subsample.SubsampleTuner.window_ended`). A moved
+        anchor restarts the measurements for ``m`` (the residuals changed)."""
         if self._adaptation.windows.collecting(self._draw_index):
-            self._window_sum += theta
-            self._window_count += 1
+            self._tuner.window_draw(theta)
         ended = super()._adapt(theta, virial)
-        if ended:
-            poor = self._tuning.poor_control_variates()
-            if poor and self._window_count >= MIN_REFIT_DRAWS:
-                self._refit_anchor(self._window_sum / self._window_count)
-            self._window_sum, self._window_count = np.zeros(self.layer.dim), 0
-            self._tuning.window_ended()
-        if self.anchor is not self._anchor_seen:
-            self._anchor_seen = self.anchor
-            self._tuning.forget()
-        return ended
-
-    def _refit_anchor(self, center: np.ndarray) -> None:
-        """Move the anchor to ``center`` with the full-data curvature there (second order,
-        ``d <= 2000``; one gradient and one Hessian pass over the data)."""
-        anchor = anchor_at(self.layer, center, self.taylor_order)
+        anchor = self._tuner.window_ended() if ended else None
         if anchor is not None:
             self.anchor, self._evaluation = anchor, None
+        self._tuner.watch_anchor(self.anchor)
+        return ended
 
     def _make_step_policy(self) -> DualAveragingStepSize:
         """Dual averaging (Sec. 6.3) at a fixed trajectory length: it sets the step at each
@@ -462,23 +376,11 @@ class HMCECS(SubsamplingStep):
         )
 
     def _extra_stats(self) -> dict[str, Any]:
-        info, evaluation = self._info, self._evaluation
-        signed = self.estimator == "signed"
-        return {
-            "accept_prob": info.accept_prob if info else math.nan,
-            "accepted": bool(info.accepted) if info else False,
-            "subsample_accept": info.subsample_accept if info else math.nan,
-            "loglik_var": evaluation.loglik_var if evaluation else math.nan,
-            "sign": evaluation.sign if evaluation else 1,
-            "n_steps": self.inner_steps,
-            "energy_error": info.energy_error if info else math.nan,
-            "subsample_size": self.minibatch if signed else self.subsample_size,
-            "products": self.products if signed else 0,
-            "lower_bound": self.lower_bound if signed else math.nan,
-            "cv_order": self.taylor_order,
-            "taylor_inputs": self.taylor_space == "likelihood_inputs",
-            "trajectory_truncated": self.inner_steps < self._wanted_steps(),
-        }
+        """This draw's own statistics (:func:`~.hmcecs_stats.draw_stats`)."""
+        settings = self._estimator_settings()
+        return draw_stats(
+            self._info, self._evaluation, settings, self.inner_steps, self._wanted_steps()
+        )
 
     def _make_alarms(self) -> list[HMCECSAlarm]:
         """Negative signs, a large sigma_hat^2, truncated trajectories, a sticky subsample."""

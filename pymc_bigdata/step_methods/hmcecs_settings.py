@@ -10,7 +10,7 @@ import numpy as np
 
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.difference_terms import TAYLOR_ORDERS
-from pymc_bigdata.model.likelihood_inputs import LikelihoodInputs
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["TAYLOR_SPACES", "GivenCounts", "check_count", "check_layer_settings", "check_settings"]
@@ -124,14 +124,11 @@ def _check_estimator_keys(estimator: str, counts: GivenCounts, lower_bound: floa
 
 
 def check_layer_settings(
-    counts: GivenCounts,
-    taylor_order: int | None,
-    taylor_space: str,
-    n_rows: int,
-    dim: int,
-    inputs: LikelihoodInputs,
+    counts: GivenCounts, taylor_order: int | None, taylor_space: str, layer: MinibatchModel
 ) -> None:
-    """The settings that need N or d (before the full-data MAP search)."""
+    """The settings that need the layer's N, d or likelihood inputs (before the full-data
+    MAP search)."""
+    n_rows, dim, inputs = layer.n_rows, layer.dim, layer.likelihood_inputs
     for name, value in (("subsample_size", counts.subsample_size), ("minibatch", counts.minibatch)):
         if value is not None and value > n_rows:
             raise ValueError(f"{name} ({value}) must be at most the N = {n_rows} rows.")

@@ -1,9 +1,10 @@
 """HMC-ECS's subsample tuning: ``m`` (perturbed), ``lambda`` and ``a`` (signed), the Taylor
 space, and whether the control variates are poor enough to move the anchor.
 
-The step hands a :class:`SubsampleTuning` the estimator's variance at every tuning draw
-(:meth:`~SubsampleTuning.measure`) and the residuals' spread it measured on fresh rows
-(:meth:`~SubsampleTuning.choose_space`); the tuning answers with the settings to use.
+:class:`~.hmcecs_subsample.SubsampleTuner` hands a :class:`SubsampleTuning` the estimator's
+variance at every tuning draw (:meth:`~SubsampleTuning.measure`) and the residuals' spread it
+measured on fresh rows (:meth:`~SubsampleTuning.best_space`, :meth:`~SubsampleTuning.seed`);
+the tuning answers with the settings to use.
 
 * ``m`` (Sec. 3.1): the ``SIZE_QUANTILE`` of ``m sigma_hat^2`` (4.3) over the draws, over
   ``loglik_var_target``, within ``[min_subsample, pool]``.
@@ -96,7 +97,6 @@ class SubsampleTuning:
     ):
         self.signed, self.target = signed, loglik_var_target
         self.sign_tolerance, self.min_subsample = sign_tolerance, min_subsample
-        self.piloted = False
         #: perturbed: m sigma_hat^2 per tuning draw
         self._unit_vars: list[float] = []
         #: signed: (mu_hat, variance of one minibatch estimate) per tuning draw
