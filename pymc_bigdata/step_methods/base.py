@@ -32,10 +32,9 @@ from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.rows import check_batch_size
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation
-from pymc_bigdata.step_methods.chain_report import COMMON_STATS, ChainReport
+from pymc_bigdata.step_methods.chain_report import COMMON_STATS, ChainReport, common_stats
 from pymc_bigdata.step_methods.divergence import (
     DivergenceCheck,
     kept_divergence_message,
@@ -51,16 +50,12 @@ from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.settings import (
-    check_control_variates,
     check_data_current,
-    check_inner_steps,
-    check_noise_bound,
-    check_preconditioner,
-    check_step_size,
+    check_shared_settings,
     step_layer,
 )
 from pymc_bigdata.step_methods.stability import StabilityWatch
-from pymc_bigdata.step_methods.start import census_rows, starting_fit
+from pymc_bigdata.step_methods.start import chain_start, find_census, starting_fit
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
@@ -164,34 +159,36 @@ class SubsamplingStep(ArrayStepShared):
         mode=None,
     ):
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
-        n_rows = self.layer.n_rows
-        self._fixed_batch = batch_size is not None
-        if batch_size is None:
-            batch_size = self.default_batch_size(n_rows)
-        check_batch_size(batch_size, n_rows)
-        self.preconditioner_kind = check_preconditioner(preconditioner, self.layer.dim)
-        self.cv_mode = check_control_variates(control_variates)
-        self.noise_bound = check_noise_bound(noise_bound)
-        self.adapt = bool(adapt)
-        self.replace = bool(replace)
+        settings = check_shared_settings(
+            self.layer,
+            batch_size=batch_size,
+            default_batch_size=self.default_batch_size(self.layer.n_rows),
+            step_size=step_size,
+            inner_steps=inner_steps,
+            preconditioner=preconditioner,
+            control_variates=control_variates,
+            noise_bound=noise_bound,
+        )
+        self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
+        self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
+        self.adapt, self.replace = bool(adapt), bool(replace)
         self.reshuffle = self._check_reshuffle(reshuffle)
-        self._fixed_step = step_size is not None
-        self._fixed_inner = inner_steps is not None
-        if step_size is not None:  # fail before the (full-data) MAP search
-            step_size = check_step_size(step_size)
-        if inner_steps is not None:
-            inner_steps = check_inner_steps(inner_steps)
+        self._fixed_step = settings.step_size is not None
+        self._fixed_inner = settings.inner_steps is not None
         self._check_layer_settings()
         self._use(self._fit_configuration())
-        census = self._find_census(census, int(batch_size))
-        self.step_size = self.default_step() if step_size is None else step_size
-        if inner_steps is None:
-            inner_steps = min(self.default_inner(), self.max_inner_steps)
-        self.inner_steps = inner_steps
+        census = find_census(self.layer, census, settings.batch_size, self.laplace, self.anchor)
+        self.step_size = settings.step_size or self.default_step()
+        self.inner_steps = settings.inner_steps or min(self.default_inner(), self.max_inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune = True
         self.minibatches = Minibatches(
-            self.layer, batch_size, census, self.rng, replace=self.replace, reshuffle=self.reshuffle
+            self.layer,
+            settings.batch_size,
+            census,
+            self.rng,
+            replace=self.replace,
+            reshuffle=self.reshuffle,
         )
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
@@ -201,12 +198,9 @@ class SubsamplingStep(ArrayStepShared):
         self._chain_tune, self._chain_draws = 0, 0
         self._reset_chain_state()  # every hook it calls now finds its sampler set up
 
-    # ------------------------------------------------------------------ set-up
-    # A step is built in two phases. A sampler's ``__init__`` checks and stores its own
-    # settings, then calls the base's, which builds the layer, checks the settings that need
-    # it (``_check_layer_settings``, before the full-data MAP search), fits the Laplace
-    # approximation, finds the census and sets up the rows; then ``_prepare`` (the sampler's
-    # set-up that needs all that), and only then the first chain state.
+    # ------------------------------------------------------------------ set-up, in two phases
+    # (docs/developers.md): the sampler's settings, the base's (layer, fit, census, rows),
+    # then ``_prepare`` (the sampler's set-up on all that), then the first chain state.
     def _check_layer_settings(self) -> None:
         """Check the sampler's own settings that need the layer (N, d), before the
         full-data MAP search."""
@@ -246,15 +240,9 @@ class SubsamplingStep(ArrayStepShared):
         the batch size carry over."""
         fit = partial(self._fit_configuration, self._last_theta)  # a MAP search from there
         self._use(self.held_configurations.switch(self.layer.held_key, fit))
-        self._last_theta = None  # astep restarts the kernel in the new coordinates
+        self._last_output = None  # astep restarts the kernel in the new coordinates
         self._divergence.restart()  # another target: its level is not comparable
         self._reset_kernel_state()
-
-    def _find_census(self, enabled: bool, batch_size: int) -> np.ndarray:
-        """Indices of the census stratum (empty when no row stands out)."""
-        if not enabled or batch_size >= self.layer.n_rows or self.cv_mode == "none":
-            return np.empty(0, dtype=np.int64)
-        return census_rows(self.layer, self.laplace, self.anchor.theta, batch_size)
 
     @property
     def batch_size(self) -> int:
@@ -318,6 +306,7 @@ class SubsamplingStep(ArrayStepShared):
             self.map_problem = self.held_configurations.restart().map_problem
         self._noise = NoiseAccumulator(self.layer.dim)
         self._last_theta: np.ndarray | None = None
+        self._last_output: np.ndarray | None = None
         self._last_z: np.ndarray | None = None
         self._divergence = DivergenceCheck()
         name = type(self).__name__
@@ -348,18 +337,12 @@ class SubsamplingStep(ArrayStepShared):
 
     def _estimator(self) -> MinibatchEstimator:
         """Minibatch gradient estimates under the current settings (anchor, order, weights)."""
-        return MinibatchEstimator(
-            layer=self.layer,
-            precond=self.precond,
-            anchor=self.anchor,
-            cv_order=self.cv_order,
+        return self.minibatches.estimator(
+            self.precond,
+            self.anchor,
+            self.cv_order,
             second_order=self._second_order_available,
-            weights=self.minibatches.weights,
-            half_weights=self.minibatches.half_weights,
-            census_rows=self.minibatches.census_rows,
-            batch_size=self.batch_size,
             noise_measurement=self.noise_measurement,
-            pool_size=self._pool_size(),
         )
 
     def _gradient_oracle(self, measure: bool) -> GradientOracle:
@@ -378,31 +361,32 @@ class SubsamplingStep(ArrayStepShared):
 
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
-        theta0 = q0.data
         if self._draw_index == 0:
-            z0 = self._chain_start(theta0)
-        elif self._last_theta is not None and np.array_equal(theta0, self._last_theta):
+            self._reset_kernel_state()
+            z0 = chain_start(self.precond, self.laplace, q0.data, self.rng, self._starts_at_fit())
+        elif self._last_output is not None and np.array_equal(q0.data, self._last_output):
             z0 = self._last_z
         else:  # moved by another step or by the user: restart the kernel there
-            z0 = self.precond.z(theta0)
+            z0 = self.precond.z(q0.data)
             self._reset_kernel_state()
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
             z, finite, record = self._transitions(z0, self._gradient_oracle(measure))
-        lp, rows_read, virial = record.log_density, record.rows_read, record.virial()
-        diverging = not finite or self._blew_up(z, record, virial)
-        if diverging and self.accept_step:
-            # the kernel's accept step decided: its state (a rejected divergence, or an
-            # accepted move that looks like a blow-up) is the chain's, never undone
-            self._warn_divergence(kept_divergence_message(type(self).__name__, finite))
-            lp, virial = math.nan, math.nan
-        elif diverging:
-            rows_read += self._on_divergence(z0)
-            z, lp, virial = z0, math.nan, math.nan
+        draw = self._divergence.judge(
+            z0,
+            z,
+            finite,
+            record,
+            self._kinetic_temperature(),
+            early=self.cv_order > 0,
+            kept=self.accept_step,
+        )
+        z, lp, virial, diverging = draw
+        rows_read = record.rows_read
+        if diverging:
+            rows_read += self._on_divergence(z0, blew_up=finite)
         else:
             self._noise.keep(record.noise)
-            if math.isfinite(lp):
-                self._divergence.track.add(lp)
         theta = self.precond.theta(z)
         stats = self._common_stats(lp, virial, diverging, rows_read)
         self._watch_draw(stats)
@@ -413,41 +397,25 @@ class SubsamplingStep(ArrayStepShared):
                 self._adapt(theta, virial)
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
+        self._last_output = output = theta
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
-        return RaveledVars(theta, q0.point_map_info), [stats]
-
-    def _chain_start(self, theta0: np.ndarray) -> np.ndarray:
-        """Where a chain starts: a draw of the Laplace fit when tuning follows, else ``theta0``."""
-        self._reset_kernel_state()
-        if self._chain_tune > 0 and self.map_problem is None:
-            draw = self.rng.standard_normal(self.layer.dim)
-            if self.precond.kind == "identity":  # z = theta - c: scale by the Laplace sds
-                draw = draw * self.laplace.laplace_sd()
-            return draw
-        return self.precond.z(theta0)
+        return RaveledVars(output, q0.point_map_info), [stats]
 
     def _common_stats(
         self, lp: float, virial: float, diverging: bool, rows_read: int
     ) -> dict[str, Any]:
         noise_var = self._noise_variance(self.cv_order)
-        measured = noise_var.size > 0
-        stats = {
-            "step_size": self.step_size,
-            "lp_est": lp,
-            "rows_touched": rows_read,
-            "batch_size": self.batch_size,
-            "data_fraction": rows_read / self.layer.n_rows,
-            "grad_noise_sd": float(np.sqrt(noise_var.mean())) if measured else math.nan,
-            "noise_share": self._step_policy.share(self.step_size, noise_var)
-            if measured
-            else math.nan,
-            "virial": virial,
-            "cv_order": self.cv_order,
-            "diverging": diverging,
-            "tune": self.tune,
-            "warning": None,
-        }
+        share = self._step_policy.share(self.step_size, noise_var) if noise_var.size else math.nan
+        stats = common_stats(
+            self,
+            lp=lp,
+            virial=virial,
+            diverging=diverging,
+            rows_read=rows_read,
+            noise_var=noise_var,
+            noise_share=share,
+        )
         stats.update(self._extra_stats())
         return stats
 
@@ -465,35 +433,34 @@ class SubsamplingStep(ArrayStepShared):
         return self._report.end_of_chain()
 
     # ------------------------------------------------------------------ divergences
-    def _blew_up(self, z: np.ndarray, record: DrawRecord, virial: float) -> bool:
-        """Whether the draw left the posterior (:class:`~.divergence.DivergenceCheck`)."""
-        return self._divergence.blew_up(
-            z, record, virial, self._kinetic_temperature(), early=self.cv_order > 0
-        )
-
-    def _on_divergence(self, z0: np.ndarray) -> int:
-        """A rejected draw: restart the kernel at ``z0``; returns the rows read here."""
-        self._reset_kernel_state()
-        rows_read = 0
-        if self.tune and self.adapt and not self._noise.measured():
-            # the step is still the curvature default, blind to the gradient noise (e.g. a
-            # chain's first draws): measure it where the chain stays, so that the next
-            # draw's step (set by the halving that follows) accounts for it
-            oracle = self._gradient_oracle(measure=True)
-            with np.errstate(all="ignore"):
-                oracle.last(z0)
-            record = oracle.record()
-            self._noise.keep(record.noise)
-            if math.isfinite(record.log_density):  # where the chain stays: the next base
-                self._divergence.track.add(record.log_density)
-            rows_read = record.rows_read
-        self._warn_divergence(rejected_divergence_message(type(self).__name__))
-        return rows_read
-
-    def _warn_divergence(self, message: str) -> None:
-        """After tuning, one warning per chain (tuning handles its own divergences)."""
+    def _on_divergence(self, z0: np.ndarray, blew_up: bool) -> int:
+        """A diverging draw (after tuning, one warning per chain). With an accept step the
+        kernel's state is the chain's, never undone (``accept_step``); else the kernel
+        restarts at ``z0`` and, if tuning has not yet measured the gradient noise, measures
+        it there (the next step size then accounts for it). Returns the rows read here."""
+        name, rows_read = type(self).__name__, 0
+        if self.accept_step:
+            message = kept_divergence_message(name, blew_up)
+        else:
+            message = rejected_divergence_message(name)
+            self._reset_kernel_state()
+            if self.tune and self.adapt and not self._noise.measured():
+                rows_read = self._measure_noise_at(z0)
         if not self.tune:
             self._report.divergence(message)
+        return rows_read
+
+    def _measure_noise_at(self, z: np.ndarray) -> int:
+        """One measured gradient at ``z`` (its noise kept, its log density the next
+        draw's base); returns the rows it read."""
+        oracle = self._gradient_oracle(measure=True)
+        with np.errstate(all="ignore"):
+            oracle.last(z)
+        record = oracle.record()
+        self._noise.keep(record.noise)
+        if math.isfinite(record.log_density):
+            self._divergence.track.add(record.log_density)
+        return record.rows_read
 
     # ------------------------------------------------------------------ sampler's declarations
     #: what the end-of-chain alarm says an off-target chain's draws likely are
@@ -515,6 +482,11 @@ class SubsamplingStep(ArrayStepShared):
             pool_size=self._pool_size(),
             replace=self.replace,
         )
+
+    def _starts_at_fit(self) -> bool:
+        """Whether a chain starts from a draw of the Laplace fit (tuning follows and the
+        MAP is a mode), not from PyMC's initial point."""
+        return self._chain_tune > 0 and self.map_problem is None
 
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""

@@ -8,6 +8,7 @@ draw after tuning; it changes no other object.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -18,7 +19,7 @@ from pymc_bigdata.errors import DivergenceWarning
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 
-__all__ = ["COMMON_STATS", "ChainReport"]
+__all__ = ["COMMON_STATS", "ChainReport", "common_stats"]
 
 #: the statistics every step method reports per draw (a sampler adds its own)
 COMMON_STATS: dict[str, tuple[Any, list | None]] = {
@@ -35,6 +36,34 @@ COMMON_STATS: dict[str, tuple[Any, list | None]] = {
     "tune": (bool, []),
     "warning": (SamplerWarning, None),
 }
+
+
+def common_stats(
+    step: Any,
+    *,
+    lp: float,
+    virial: float,
+    diverging: bool,
+    rows_read: int,
+    noise_var: np.ndarray,
+    noise_share: float,
+) -> dict[str, Any]:
+    """A draw's :data:`COMMON_STATS` from the step's settings now (``step_size``,
+    ``batch_size``, ``cv_order``, ``tune``, ``layer.n_rows``) and what the draw did."""
+    return {
+        "step_size": step.step_size,
+        "lp_est": lp,
+        "rows_touched": rows_read,
+        "batch_size": step.batch_size,
+        "data_fraction": rows_read / step.layer.n_rows,
+        "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
+        "noise_share": noise_share,
+        "virial": virial,
+        "cv_order": step.cv_order,
+        "diverging": diverging,
+        "tune": step.tune,
+        "warning": None,
+    }
 
 
 class ChainReport:

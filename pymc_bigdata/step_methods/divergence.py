@@ -11,6 +11,7 @@ What the step then does depends on whether its kernel has an accept test (see
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,7 @@ __all__ = [
     "BLOWUP_Z",
     "LOGP_DROP_DIVERGENCE",
     "DivergenceCheck",
+    "JudgedDraw",
     "LogDensityTrack",
     "kept_divergence_message",
     "rejected_divergence_message",
@@ -47,6 +49,16 @@ BLOWUP_VIRIAL = 1e6
 BLOWUP_TEMPERATURE = 100.0
 
 
+class JudgedDraw(NamedTuple):
+    """A draw after the blow-up test: where the chain is (``z0`` for a rejected
+    divergence), its log-density estimate and virial (NaN on a divergence)."""
+
+    z: np.ndarray
+    log_density: float
+    virial: float
+    diverging: bool
+
+
 class DivergenceCheck:
     """The blow-up test of a chain's draws, with the recent log-density estimates it
     compares against (:class:`LogDensityTrack`)."""
@@ -57,6 +69,28 @@ class DivergenceCheck:
     def restart(self) -> None:
         """Another target (e.g. other values of held variables): forget the estimates."""
         self.track = LogDensityTrack()
+
+    def judge(
+        self,
+        z0: np.ndarray,
+        z: np.ndarray,
+        finite: bool,
+        record: DrawRecord,
+        kinetic_temperature: float,
+        *,
+        early: bool,
+        kept: bool,
+    ) -> JudgedDraw:
+        """The kernel's draw from ``z0`` to ``z``: diverging where a value was not finite or
+        it blew up (:meth:`blew_up`); a diverging draw is rejected (back at ``z0``) unless
+        ``kept`` (the kernel's own accept test decided, see ``SubsamplingStep.accept_step``).
+        A good draw's log-density estimate becomes the next draw's base."""
+        virial = record.virial()
+        if not finite or self.blew_up(z, record, virial, kinetic_temperature, early):
+            return JudgedDraw(z if kept else z0, math.nan, math.nan, True)
+        if math.isfinite(record.log_density):
+            self.track.add(record.log_density)
+        return JudgedDraw(z, record.log_density, virial, False)
 
     def blew_up(
         self,

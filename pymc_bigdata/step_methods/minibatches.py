@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
+from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["Minibatches"]
 
@@ -94,6 +97,31 @@ class Minibatches:
         if self.census_rows is None:
             return rows
         return [np.concatenate([c, r]) for c, r in zip(self.census_rows, rows)]
+
+    def estimator(
+        self,
+        precond: Preconditioner,
+        anchor: Anchor | None,
+        cv_order: int,
+        *,
+        second_order: bool,
+        noise_measurement: str,
+    ) -> MinibatchEstimator:
+        """Estimates on these minibatches in ``precond``'s coordinates, with control
+        variates of order ``cv_order`` around ``anchor`` (:mod:`.gradient_oracle`)."""
+        return MinibatchEstimator(
+            layer=self.layer,
+            precond=precond,
+            anchor=anchor,
+            cv_order=cv_order,
+            second_order=second_order,
+            weights=self.weights,
+            half_weights=self.half_weights,
+            census_rows=self.census_rows,
+            batch_size=self.size,
+            noise_measurement=noise_measurement,
+            pool_size=self.pool_size,
+        )
 
     def _set_weights(self) -> None:
         """The weights of a minibatch and of its halves (census rows first, weight 1)."""

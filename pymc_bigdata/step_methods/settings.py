@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymc as pm
 
 from pymc_bigdata.errors import StaleDataError
+from pymc_bigdata.index_samplers import check_batch_size
 from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = [
     "DENSE_PRECONDITIONER_MAX_DIM",
+    "SharedSettings",
+    "check_shared_settings",
     "check_data_current",
     "check_control_variates",
     "check_inner_steps",
@@ -111,3 +114,43 @@ def check_data_current(layer: MinibatchModel) -> None:
             "rows, N, MAP and control-variate anchor would be stale. Build a new step "
             "(and layer) after pm.set_data."
         )
+
+
+class SharedSettings(NamedTuple):
+    """The shared settings of a step, checked and resolved (see
+    :class:`~pymc_bigdata.step_methods.base.SubsamplingStep`); ``step_size`` and
+    ``inner_steps`` are None where tuning chooses them."""
+
+    batch_size: int
+    fixed_batch: bool
+    step_size: float | None
+    inner_steps: int | None
+    preconditioner_kind: str
+    cv_mode: str
+    noise_bound: float
+
+
+def check_shared_settings(
+    layer: MinibatchModel,
+    *,
+    batch_size: int | None,
+    default_batch_size: int,
+    step_size: Any,
+    inner_steps: Any,
+    preconditioner: str,
+    control_variates: bool | str,
+    noise_bound: Any,
+) -> SharedSettings:
+    """Check the shared settings against the layer (``N``, ``d``) before the MAP search."""
+    fixed_batch = batch_size is not None
+    batch_size = default_batch_size if batch_size is None else batch_size
+    check_batch_size(batch_size, layer.n_rows)
+    return SharedSettings(
+        batch_size=int(batch_size),
+        fixed_batch=fixed_batch,
+        step_size=None if step_size is None else check_step_size(step_size),
+        inner_steps=None if inner_steps is None else check_inner_steps(inner_steps),
+        preconditioner_kind=check_preconditioner(preconditioner, layer.dim),
+        cv_mode=check_control_variates(control_variates),
+        noise_bound=check_noise_bound(noise_bound),
+    )

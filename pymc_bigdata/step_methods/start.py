@@ -16,7 +16,14 @@ from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.held import Configuration
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
-__all__ = ["CENSUS_DIRECTIONS", "CENSUS_FACTOR", "census_rows", "starting_fit"]
+__all__ = [
+    "CENSUS_DIRECTIONS",
+    "CENSUS_FACTOR",
+    "census_rows",
+    "chain_start",
+    "find_census",
+    "starting_fit",
+]
 
 #: rows whose influence (control-variate residual size) exceeds this multiple of the mean
 #: are a census stratum, included in every minibatch with weight 1
@@ -83,6 +90,38 @@ def fallback_anchor(layer: MinibatchModel, center: np.ndarray) -> tuple[Anchor, 
     diag = np.abs(diag)
     floor = 1e-8 * max(float(diag.max()), 1.0)
     return anchor, np.maximum(diag, floor)
+
+
+def find_census(
+    layer: MinibatchModel,
+    enabled: bool,
+    batch_size: int,
+    laplace: Preconditioner,
+    anchor: Anchor | None,
+) -> np.ndarray:
+    """Indices of the census stratum (:func:`census_rows`; empty when disabled, without
+    control variates, when a minibatch is all rows, or when no row stands out)."""
+    if not enabled or batch_size >= layer.n_rows or anchor is None:
+        return np.empty(0, dtype=np.int64)
+    return census_rows(layer, laplace, anchor.theta, batch_size)
+
+
+def chain_start(
+    precond: Preconditioner,
+    laplace: Preconditioner,
+    theta0: np.ndarray,
+    rng: np.random.Generator,
+    at_fit: bool,
+) -> np.ndarray:
+    """Where a chain starts in ``z``: with ``at_fit``, a draw of the Laplace fit (``z ~
+    N(0, I)``; with the identity preconditioner ``z = theta - c``, scaled by the Laplace
+    sds), else PyMC's initial point ``theta0``."""
+    if not at_fit:
+        return precond.z(theta0)
+    draw = rng.standard_normal(len(theta0))
+    if precond.kind == "identity":
+        draw = draw * laplace.laplace_sd()
+    return draw
 
 
 def census_rows(

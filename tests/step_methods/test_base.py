@@ -286,16 +286,18 @@ def test_default_batch_grows_while_noise_limits_the_step(small_logistic):
 def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monkeypatch):
     """Divergences halve the step at once; calm blocks double it back (up to the last factor
     that failed, forgotten at each window end), so a bad start does not fix a tiny step."""
+    from pymc_bigdata.step_methods.divergence import DivergenceCheck
+
     model, layer = small_logistic
     final = {}
+    original = DivergenceCheck.blew_up
     for blow_ups in (0, 4):
         step = _step(pmb.SGHMC, small_logistic)
-        original = step._blew_up
-        monkeypatch.setattr(
-            step,
-            "_blew_up",
-            lambda z, lp, v, o=original, s=step, k=blow_ups: s._draw_index < k or o(z, lp, v),
-        )
+
+        def blew_up(check, *args, s=step, k=blow_ups, **kwargs):
+            return s._draw_index < k or original(check, *args, **kwargs)
+
+        monkeypatch.setattr(DivergenceCheck, "blew_up", blew_up)
         with model:
             idata = pm.sample(step=step, chains=1, random_seed=4, **(SAMPLE_KW | {"tune": 300}))
         final[blow_ups] = float(idata.sample_stats["step_size"].values[0, -1])
