@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from pymc_bigdata.kernels.poisson_time import first_arrival, interpolate_rate
-from pymc_bigdata.kernels.sbps_regression import Segment, band_knots, fit_line, prior_step
+from pymc_bigdata.kernels.sbps_path import PathIntegrals, Skeleton
+from pymc_bigdata.kernels.sbps_regression import LineFit, Segment, band_knots, fit_line, prior_step
 
 __all__ = [
     "Observation",
@@ -133,16 +135,6 @@ class SBPSInfo(NamedTuple):
     travelled: float = math.nan
 
 
-class Skeleton(NamedTuple):
-    """The straight lines travelled in one call: line ``i`` runs from ``starts[i]`` to
-    ``ends[i]`` (in ``embed``'s coordinates) in ``durations[i]`` units of travel time, at
-    constant speed; consecutive lines join (``ends[i] == starts[i + 1]``)."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    durations: np.ndarray
-
-
 def sbps_init(
     position: np.ndarray, rng: np.random.Generator, mu: float, sigma2: float, metric=None
 ) -> SBPSState:
@@ -184,44 +176,6 @@ def adapt_metric(
     return grad_sq, inv_sd / inv_sd.mean()
 
 
-class _Path:
-    """Time integrals of ``embed(x)`` and its square along the straight pieces travelled,
-    and (when ``record``) the skeleton: the lines between changes of direction."""
-
-    def __init__(self, embed: Callable[[np.ndarray], np.ndarray], start: np.ndarray, record):
-        self.embed = embed
-        self.here = embed(start)
-        self.integral = np.zeros_like(self.here)
-        self.integral_sq = np.zeros_like(self.here)
-        self.record = record
-        self.lines: list[tuple[np.ndarray, np.ndarray, float]] = []
-        self.line_start, self.line_time = self.here, 0.0
-
-    def move_to(self, position: np.ndarray, duration: float) -> None:
-        a, b = self.here, self.embed(position)
-        self.integral += 0.5 * duration * (a + b)
-        self.integral_sq += duration * (a * a + a * b + b * b) / 3.0
-        self.here = b
-        self.line_time += duration
-
-    def turn(self) -> None:
-        """The direction changes here: close the current line."""
-        if self.record and self.line_time > 0.0:
-            self.lines.append((self.line_start, self.here, self.line_time))
-        self.line_start, self.line_time = self.here, 0.0
-
-    def skeleton(self) -> Skeleton | None:
-        if not self.record:
-            return None
-        self.turn()
-        dim = len(self.here)
-        if not self.lines:
-            empty = np.empty((0, dim))
-            return Skeleton(empty, empty.copy(), np.empty(0))
-        starts, ends, durations = zip(*self.lines)
-        return Skeleton(np.array(starts), np.array(ends), np.array(durations))
-
-
 def sbps_advance(
     state: SBPSState,
     observe: Callable[[np.ndarray, np.ndarray], Observation],
@@ -234,110 +188,251 @@ def sbps_advance(
 ) -> tuple[SBPSState, SBPSInfo]:
     """Run the process for ``duration`` units of travel time.
 
-    ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
-    (``direction = M v``).  ``knot_scale`` sets the spacing of the proposal rate's knots
-    (about the length of a segment).  A non-finite observation or position stops the call
-    with ``finite=False`` (the caller rejects the draw); more than ``MAX_PROPOSALS``
-    proposals stop it early, the state kept (``exhausted``).  With ``record_skeleton`` the info
-    holds the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates), for
-    quadrature of other functions along the path (Eq. 19).
+    Parameters
+    ----------
+    state
+        Where the process is (:func:`sbps_init`, or the state a previous call returned).
+    observe
+        ``observe(x, direction)`` estimates ``direction . grad U(x)`` on a fresh minibatch
+        (``direction = M v``; Eqs. 7-8), with the same minibatch's ``grad U`` on demand.
+    duration
+        Travel time to run for.
+    settings
+        The proposal rate's and the refreshments' settings, and pSBPS's (Sec. 5).
+    rng
+        The generator of every random draw.
+    embed
+        The affine map whose time integrals along the path the info holds (Eq. 19).
+    knot_scale
+        Spacing of the proposal rate's knots (about the length of a segment; Eq. 13).
+    record_skeleton
+        Keep the lines travelled (:class:`Skeleton`, in ``embed``'s coordinates) in the
+        info, for quadrature of other functions along the path (Eq. 19).
+
+    Returns
+    -------
+    tuple of SBPSState and SBPSInfo
+        The state at the end and what the call did. A non-finite observation or position
+        stops the call with ``finite=False`` (the caller rejects the draw); more than
+        ``MAX_PROPOSALS`` proposals stop it early, the state kept (``exhausted``).
+    """
+    path, tally = PathIntegrals(embed, state.position, record_skeleton), _Tally()
+    end, left = _travel(state, observe, float(duration), settings, rng, knot_scale, path, tally)
+    return end, tally.info(path, float(duration) - left)
+
+
+def _travel(
+    state: SBPSState,
+    observe: Callable[[np.ndarray, np.ndarray], Observation],
+    left: float,
+    settings: SBPSSettings,
+    rng: np.random.Generator,
+    knot_scale: float,
+    path: PathIntegrals,
+    tally: _Tally,
+) -> tuple[SBPSState, float]:
+    """:func:`sbps_advance`'s loop: straight lines (Eq. 1) between events, bounces by thinning
+    (Sec. 3.2) the regression's proposal rate (Eqs. 9-13), refreshments and checks; the
+    lines go to ``path``, the counts to ``tally``.
+
+    Returns
+    -------
+    tuple of SBPSState and float
+        The state where the process stopped and the travel time left (0 unless it stopped
+        early: ``tally.finite`` is False, or ``tally.exhausted`` True).
     """
     x, v = state.position.copy(), state.velocity.copy()
     segment, clock, mu, sigma2 = state.segment, state.clock, state.mu, state.sigma2
     metric, grad_sq, noise_level = state.metric, state.grad_sq, state.noise_level
-    counts = dict(proposals=0, bounces=0, refreshes=0, violations=0, checks=0, rows=0)
-    expected = missed = 0.0
-    path = _Path(embed, x, record_skeleton)
-    left = float(duration)
+    try:
+        while left > 0.0:
+            if not segment.count:  # a fresh start or a refreshment: observe where we are
+                segment, noise_level = _first_point(observe, x, metric * v, noise_level, tally)
+                clock = 0.0
+            fit = fit_line(segment, mu, sigma2, settings.misfit)
+            if settings.noise_memory and noise_level > fit.last_noise_var:
+                fit = fit._replace(last_noise_var=noise_level)
+            knots, rates = band_knots(fit, clock, knot_scale, settings.k)
+            proposal = first_arrival(knots, rates, rng.exponential())
+            refresh = math.inf
+            if settings.refresh_rate > 0:
+                refresh = clock + rng.exponential() / settings.refresh_rate
+            stop, check = clock + left, clock + CHECK_AFTER * knot_scale
+            event = min(proposal, refresh, stop, check)
+            heading = metric * v
+            x = x + (event - clock) * heading
+            path.move_to(x, event - clock)
+            left -= event - clock
+            clock = event
+            if not np.all(np.isfinite(x)):
+                raise _NonFinite
+            if event == stop:
+                break
+            if event == refresh:  # v uniform on the sphere, the regression starts again
+                path.turn()
+                v, segment = _unit_velocity(len(x), rng), Segment()
+                tally.refreshes += 1
+                continue
+            obs = _observation(observe, x, heading, tally)
+            observed = segment.add(clock, obs.value, obs.noise_var)
+            noise_level = _remember(noise_level, obs.noise_var)
+            if event == check:  # no proposal for a long while: look, without a decision
+                tally.checks += 1
+                segment = observed
+                continue
+            tally.proposals += 1
+            if tally.proposals > MAX_PROPOSALS:  # stop here, keeping the path so far
+                tally.exhausted = True
+                break
+            bound = interpolate_rate(knots, rates, clock)
+            positive = max(obs.value, 0.0)
+            tally.bound_check(fit, clock, bound, positive)
+            if rng.uniform() * bound >= positive:  # rejected: the observation joins the fit
+                segment = observed
+                continue
+            # accepted with probability min(1, [G]_+ / lambda): bounce
+            v, metric, grad_sq, after = _bounce(v, metric, grad_sq, obs.gradient(), settings)
+            mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
+            path.turn()
+            segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
+            tally.bounces += 1
+    except _NonFinite:
+        tally.finite = False
+    return SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq, noise_level), left
 
-    def finish(finite: bool, exhausted: bool = False) -> tuple[SBPSState, SBPSInfo]:
-        new = SBPSState(x, v, segment, clock, mu, sigma2, metric, grad_sq, noise_level)
-        info = SBPSInfo(
-            counts["proposals"],
-            counts["bounces"],
-            counts["refreshes"],
-            counts["violations"],
-            expected,
-            counts["checks"],
-            counts["rows"],
-            finite,
+
+class _NonFinite(Exception):
+    """A non-finite observation, position or gradient: :func:`_travel` stops there."""
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one :func:`sbps_advance` call did so far: the counts of :class:`SBPSInfo`, the
+    expected number of bound violations, the bounces the bound cut off, and how it ended."""
+
+    proposals: int = 0
+    bounces: int = 0
+    refreshes: int = 0
+    violations: int = 0
+    checks: int = 0
+    rows: int = 0
+    expected: float = 0.0
+    missed: float = 0.0
+    finite: bool = True
+    exhausted: bool = False
+
+    def bound_check(self, fit: LineFit, t: float, bound: float, positive: float) -> None:
+        """Count a proposal's bound violation ``[G_hat]_+ > lambda(t)`` (Sec. 4.1), the
+        bounces it cut off, and its probability under the regression's predictive law.
+
+        Parameters
+        ----------
+        fit
+            The regression's fit (Eqs. 9-12).
+        t
+            The proposal's time.
+        bound
+            The proposal rate ``lambda(t)`` (Eq. 13, interpolated).
+        positive
+            The observed ``[G_hat(t)]_+``.
+        """
+        self.expected += _violation_probability(fit, t, bound)
+        if positive > bound:
+            self.violations += 1
+            self.missed += (positive - bound) / bound if bound > 0.0 else 1.0
+
+    def info(self, path: PathIntegrals, travelled: float) -> SBPSInfo:
+        """The call's :class:`SBPSInfo`, with the path's integrals and skeleton."""
+        return SBPSInfo(
+            self.proposals,
+            self.bounces,
+            self.refreshes,
+            self.violations,
+            self.expected,
+            self.checks,
+            self.rows,
+            self.finite,
             path.integral,
             path.integral_sq,
             path.skeleton(),
-            missed,
-            exhausted,
-            float(duration) - left,
+            self.missed,
+            self.exhausted,
+            travelled,
         )
-        return new, info
 
-    while left > 0.0:
-        if not segment.count:  # a fresh start or a refreshment: observe where we are
-            obs = observe(x, metric * v)
-            counts["rows"] += obs.rows
-            if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
-                return finish(False)
-            segment, clock = Segment().add(0.0, obs.value, obs.noise_var), 0.0
-            noise_level = _remember(noise_level, obs.noise_var)
-        fit = fit_line(segment, mu, sigma2, settings.misfit)
-        if settings.noise_memory and noise_level > fit.last_noise_var:
-            fit = fit._replace(last_noise_var=noise_level)
-        knots, rates = band_knots(fit, clock, knot_scale, settings.k)
-        proposal = first_arrival(knots, rates, rng.exponential())
-        refresh = math.inf
-        if settings.refresh_rate > 0:
-            refresh = clock + rng.exponential() / settings.refresh_rate
-        stop, check = clock + left, clock + CHECK_AFTER * knot_scale
-        event = min(proposal, refresh, stop, check)
-        heading = metric * v
-        x = x + (event - clock) * heading
-        path.move_to(x, event - clock)
-        left -= event - clock
-        clock = event
-        if not np.all(np.isfinite(x)):
-            return finish(False)
-        if event == stop:
-            break
-        if event == refresh:
-            path.turn()
-            v = _unit_velocity(len(x), rng)
-            segment = Segment()
-            counts["refreshes"] += 1
-            continue
-        obs = observe(x, heading)
-        counts["rows"] += obs.rows
-        if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
-            return finish(False)
-        observed = segment.add(clock, obs.value, obs.noise_var)
-        noise_level = _remember(noise_level, obs.noise_var)
-        if event == check:  # no proposal for a long while: look, without a decision
-            counts["checks"] += 1
-            segment = observed
-            continue
-        counts["proposals"] += 1
-        if counts["proposals"] > MAX_PROPOSALS:  # stop here, keeping the path so far
-            return finish(True, exhausted=True)
-        bound = interpolate_rate(knots, rates, clock)
-        expected += _violation_probability(fit, clock, bound)
-        positive = max(obs.value, 0.0)
-        if positive > bound:
-            counts["violations"] += 1
-            missed += (positive - bound) / bound if bound > 0.0 else 1.0
-        if rng.uniform() * bound >= positive:  # rejected: the observation joins the fit
-            segment = observed
-            continue
-        gradient = obs.gradient()  # accepted with min(1, [G]_+ / lambda): bounce
-        if not np.all(np.isfinite(gradient)):
-            return finish(False)
-        mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
-        path.turn()
-        v = reflect(v, metric * gradient)
-        if settings.metric_adaptation is not None:
-            grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
-        # the same minibatch after the bounce: -G_hat (Eq. 4), or its value under a new M
-        after = float(v @ (metric * gradient))
-        segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
-        counts["bounces"] += 1
-    return finish(True)
+
+def _observation(
+    observe: Callable[[np.ndarray, np.ndarray], Observation],
+    x: np.ndarray,
+    heading: np.ndarray,
+    tally: _Tally,
+) -> Observation:
+    """``observe(x, heading)`` (``heading = M v``), its rows counted in ``tally``.
+
+    Raises
+    ------
+    _NonFinite
+        When the observed ``G_hat`` or its noise variance ``c^2`` is not finite.
+    """
+    obs = observe(x, heading)
+    tally.rows += obs.rows
+    if not (math.isfinite(obs.value) and math.isfinite(obs.noise_var)):
+        raise _NonFinite
+    return obs
+
+
+def _first_point(
+    observe: Callable[[np.ndarray, np.ndarray], Observation],
+    x: np.ndarray,
+    heading: np.ndarray,
+    noise_level: float,
+    tally: _Tally,
+) -> tuple[Segment, float]:
+    """The regression's first point (time 0, the segment's start): ``G_hat`` observed at
+    ``x`` in the direction ``heading = M v``.
+
+    Returns
+    -------
+    tuple of Segment and float
+        The segment of that one observation, and the running mean of the noise variances
+        with its ``c^2``.
+
+    Raises
+    ------
+    _NonFinite
+        When the observation is not finite.
+    """
+    obs = _observation(observe, x, heading, tally)
+    return Segment().add(0.0, obs.value, obs.noise_var), _remember(noise_level, obs.noise_var)
+
+
+def _bounce(
+    v: np.ndarray,
+    metric: np.ndarray,
+    grad_sq: np.ndarray,
+    gradient: np.ndarray,
+    settings: SBPSSettings,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """A bounce on the accepted proposal's minibatch gradient ``g``: ``v`` reflected in the
+    hyperplane normal to ``M g`` (Eqs. 4 and 16), then pSBPS's metric adapted (Eqs. 17-18).
+
+    Returns
+    -------
+    tuple of three arrays and a float
+        The new ``v``, ``M`` and running mean of squared gradients, and the same minibatch's
+        ``G`` after the bounce, ``v . M g``: ``-G_hat`` (Eq. 4), or its value under a new ``M``.
+
+    Raises
+    ------
+    _NonFinite
+        When ``g`` is not finite.
+    """
+    if not np.all(np.isfinite(gradient)):
+        raise _NonFinite
+    v = reflect(v, metric * gradient)
+    if settings.metric_adaptation is not None:
+        grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
+    return v, metric, grad_sq, float(v @ (metric * gradient))
 
 
 def _remember(level: float, noise_var: float) -> float:
@@ -347,7 +442,7 @@ def _remember(level: float, noise_var: float) -> float:
     return level + NOISE_MEMORY * (noise_var - level)
 
 
-def _violation_probability(fit, t: float, bound: float) -> float:
+def _violation_probability(fit: LineFit, t: float, bound: float) -> float:
     """``P(G(t) > bound)`` under the regression's predictive law (Eq. 11)."""
     sd = fit.predictive_sd_at(t)
     if not sd > 0.0:
