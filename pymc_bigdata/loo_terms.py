@@ -288,7 +288,7 @@ def model_and_layer(
             )
         if model is not None and layer.model is not model:
             raise ValueError("`layer` was built on another model than `model`.")
-        return layer.model, layer
+        return layer.model, layer.model_layer  # the model's own coordinates
     try:
         model = pm.modelcontext(model)
     except TypeError as exc:

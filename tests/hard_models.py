@@ -212,6 +212,63 @@ def hier_logistic(centred: bool, n_groups: int = 40, seed: int = 4) -> pm.Model:
 
 
 # ---------------------------------------------------------------------------------------------
+# d2. the same hierarchy at big-data scale: groups of 8 to ~18,000 rows
+
+
+def make_big_hier_logistic_data(
+    n_rows: int = 100_000, n_groups: int = 40, seed: int = 6
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 8 rows up, their ratio solved so that they sum to
+    ``n_rows`` (8 to 17,958 rows at the defaults), shuffled; three standard-normal
+    covariates. True ``mu_a = -1``, ``tau = 0.8``, ``slope = (0.5, -0.3, 0.2)``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    X : ndarray, shape (n_rows, 3)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    ratio = scipy.optimize.brentq(
+        lambda r: (8.0 * r ** np.arange(n_groups)).sum() - n_rows, 1.0 + 1e-9, 10.0
+    )
+    sizes = np.round(8.0 * ratio ** np.arange(n_groups)).astype(int)
+    sizes[-1] += n_rows - sizes.sum()
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    a = -1.0 + 0.8 * rng.standard_normal(n_groups)
+    X = rng.standard_normal((n_rows, 3))
+    eta = a[group] + X @ np.array([0.5, -0.3, 0.2])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    return group, X, y
+
+
+def big_hier_logistic_model(
+    group: np.ndarray, X: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """``hier_logistic_model`` with three covariates (``slope`` of shape 3): the
+    varying-intercept logistic regression as PyMC's docs teach it, at 100,000 rows, where a
+    data-rich group's ``z`` is pinned to ``(mu_a, tau)`` in the non-centred form."""
+    n_groups = int(group.max()) + 1
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=3)
+        if centred:
+            a = pm.Normal("a", mu_a, tau, shape=n_groups)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=n_groups)
+            a = pm.Deterministic("a", mu_a + tau * z)
+        pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
+    return model
+
+
+def big_hier_logistic(centred: bool, n_rows: int = 100_000, seed: int = 6) -> pm.Model:
+    """The big hierarchical logistic regression (see ``big_hier_logistic_model``)."""
+    group, X, y = make_big_hier_logistic_data(n_rows, seed=seed)
+    return big_hier_logistic_model(group, X, y, centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
 # e. rare events with a separated binary feature
 
 #: rows of the binary feature in ``make_rare_event_logistic_data`` (none has an event)

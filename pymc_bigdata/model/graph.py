@@ -10,6 +10,8 @@ step) are read from a shared vector, set with :meth:`ModelGraph.hold`.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -81,7 +83,7 @@ class ModelGraph:
         self.var_shapes = [initial_point[v.name].shape for v in self.value_vars]
         self.var_sizes = [int(np.prod(s)) for s in self.var_shapes]
         self.dim = int(sum(self.var_sizes))
-        self.initial_theta = flat(initial_point, self.value_vars)
+        self._initial_theta = flat(initial_point, self.value_vars)
         self.held_shapes = [initial_point[v.name].shape for v in self.held_vars]
         self.held_values = pytensor.shared(flat(initial_point, self.held_vars), "held_values")
         self._build()
@@ -132,8 +134,10 @@ class ModelGraph:
         row_logp = row_terms[0]
         for term in row_terms[1:]:
             row_logp = row_logp + term
+        #: the two graphs in the value variables (before they are slices of ``theta``)
+        self._value_graphs = (row_logp, self._prior(canonical))
         self.row_logp_graph = graph_replace(row_logp, value_of, strict=False)
-        self.prior_graph = graph_replace(self._prior(canonical), value_of, strict=False)
+        self.prior_graph = graph_replace(self._value_graphs[1], value_of, strict=False)
 
     def _prior(self, canonical: dict[Variable, Variable]) -> pt.TensorVariable:
         """The log prior (Jacobians included) and the potentials, refused if they read rows."""
@@ -198,6 +202,40 @@ class ModelGraph:
         if elementwise.ndim > 1:
             elementwise = elementwise.sum(axis=tuple(range(1, elementwise.ndim)))
         return elementwise
+
+    # ------------------------------------------------------------------ other coordinates
+    #: the map from the sampler's coordinates to the model's (None: the model's own)
+    reparam = None
+
+    def reparameterised(self, reparam) -> ModelGraph:
+        """The same model in the coordinates ``phi`` of ``reparam`` (an object with
+        ``symbolic_effects``, ``symbolic_log_jacobian`` and ``from_model``, e.g.
+        :class:`~pymc_bigdata.model.reparam.LocScaleReparams`): each value variable is its
+        slice of ``phi`` but the effects, which are their values at ``phi``; the log prior
+        gets ``log |det dtheta/dphi|``, so that the density of ``phi`` is the model's. The
+        rows, value variables and labels are shared."""
+        if self.held_vars:
+            raise ValueError("Held variables and other coordinates are not supported together.")
+        new = copy.copy(self)
+        phi = pt.vector("phi", dtype="float64")
+        value_of = self._unravel(phi)
+        effects = reparam.symbolic_effects(phi)
+        for var in self.value_vars:
+            if var.name in effects:
+                value_of[var] = effects[var.name].astype(var.dtype)
+        row_logp, prior = self._value_graphs
+        new.theta, new.reparam = phi, reparam
+        new.row_logp_graph = graph_replace(row_logp, value_of, strict=False)
+        prior = graph_replace(prior, value_of, strict=False)
+        new.prior_graph = prior + reparam.symbolic_log_jacobian(phi)
+        return new
+
+    @property
+    def initial_theta(self) -> np.ndarray:
+        """The model's initial point, raveled (in :attr:`reparam`'s coordinates if any)."""
+        if self.reparam is None:
+            return self._initial_theta
+        return self.reparam.from_model(self._initial_theta)
 
     # ------------------------------------------------------------------ labels
     def coordinate_label(self, index: int) -> str:

@@ -83,16 +83,52 @@ class MinibatchModel:
         self.model = pm.modelcontext(model)
         self.mode = mode
         self.discrete = bool(discrete)
-        self.graph = graph = ModelGraph(self.model, vars, self.discrete)
-        self.compiled = CompiledModel(graph, mode)
+        self._assemble(ModelGraph(self.model, vars, self.discrete), chunk_rows)
+        #: the layer in the model's own coordinates that this one was derived from (itself
+        #: unless built by :meth:`reparameterised`)
+        self.model_layer = self
+
+    def _assemble(self, graph: ModelGraph, chunk_rows: int) -> None:
+        self.graph = graph
+        self.compiled = CompiledModel(graph, self.mode)
         self.passes = FullDataPasses(self.compiled, chunk_rows)
         self.value_vars, self.held_vars = graph.value_vars, graph.held_vars
         self.var_shapes, self.var_sizes, self.dim = graph.var_shapes, graph.var_sizes, graph.dim
-        self.initial_theta, self.held_values = graph.initial_theta, graph.held_values
+        self.held_values = graph.held_values
         self.n_rows, self.rows, self.row_inputs = graph.n_rows, graph.rows, graph.row_inputs
         self.theta, self.anchor, self.direction = graph.theta, graph.anchor, graph.direction
         self.row_logp_graph, self.prior_graph = graph.row_logp_graph, graph.prior_graph
         self._map_results: dict[bytes, MapResult] = {}
+
+    @property
+    def initial_theta(self) -> np.ndarray:
+        """The model's initial point, raveled in this layer's coordinates."""
+        return self.graph.initial_theta
+
+    def reparameterised(self, reparam) -> MinibatchModel:
+        """A layer over the same model and rows in the coordinates ``phi`` of ``reparam``
+        (e.g. :class:`~pymc_bigdata.model.reparam.LocScaleReparams`): every quantity (the
+        MAP, the Laplace fit, the estimates) is then of ``phi``'s density;
+        :meth:`to_model` and :meth:`from_model` map vectors between the two."""
+        new = object.__new__(MinibatchModel)
+        new.model, new.mode, new.discrete = self.model, self.mode, self.discrete
+        new._assemble(self.graph.reparameterised(reparam), self.chunk_rows)
+        new.model_layer = self
+        return new
+
+    @property
+    def reparam(self):
+        """The map from this layer's coordinates to the model's (None: the model's own)."""
+        return self.graph.reparam
+
+    def to_model(self, theta: np.ndarray) -> np.ndarray:
+        """A vector of this layer's coordinates in the model's own (the same without
+        :attr:`reparam`)."""
+        return theta if self.graph.reparam is None else self.graph.reparam.to_model(theta)
+
+    def from_model(self, theta: np.ndarray) -> np.ndarray:
+        """A vector of the model's own coordinates in this layer's."""
+        return theta if self.graph.reparam is None else self.graph.reparam.from_model(theta)
 
     @property
     def chunk_rows(self) -> int:
@@ -350,7 +386,7 @@ class MinibatchModel:
 
         Runs :meth:`check_row_factorisation` first.
         """
-        key = self.held_key
+        key = self.held_key if self.reparam is None else self.held_key + self.reparam.key()
         if key not in self._map_results:
             self.check_row_factorisation()
             self._map_results[key] = self.find_map(start)

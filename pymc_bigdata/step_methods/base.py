@@ -35,6 +35,7 @@ from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation
 from pymc_bigdata.step_methods.chain_report import COMMON_STATS, ChainReport, common_stats
+from pymc_bigdata.step_methods.coordinates import check_reparameterize, sampling_layer
 from pymc_bigdata.step_methods.divergence import (
     DivergenceCheck,
     kept_divergence_message,
@@ -104,6 +105,10 @@ class SubsamplingStep(ArrayStepShared):
         permutations (``reshuffle=True``, the default) or draw independent minibatches.
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
+    reparameterize
+        ``"auto"``/``True`` (default): sample a hierarchical model's loc-scale group effects
+        in coordinates centred per group by how much its rows say about it, the draws mapped
+        back to the model's own variables (:mod:`.coordinates`); ``False``: the model's own.
     rng
         Seed or generator; ``pm.sample`` replaces it per chain through ``setup_chain``.
     """
@@ -157,6 +162,7 @@ class SubsamplingStep(ArrayStepShared):
         initial_point=None,
         compile_kwargs: dict | None = None,
         mode=None,
+        reparameterize: bool | str = "auto",
     ):
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         settings = check_shared_settings(
@@ -176,6 +182,7 @@ class SubsamplingStep(ArrayStepShared):
         self._fixed_step = settings.step_size is not None
         self._fixed_inner = settings.inner_steps is not None
         self._check_layer_settings()
+        self.layer = sampling_layer(self.layer, check_reparameterize(reparameterize))
         self._use(self._fit_configuration())
         census = find_census(self.layer, census, settings.batch_size, self.laplace, self.anchor)
         self.step_size = settings.step_size or self.default_step()
@@ -363,11 +370,12 @@ class SubsamplingStep(ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         if self._draw_index == 0:
             self._reset_kernel_state()
-            z0 = chain_start(self.precond, self.laplace, q0.data, self.rng, self._starts_at_fit())
+            theta0 = self.layer.from_model(q0.data)
+            z0 = chain_start(self.precond, self.laplace, theta0, self.rng, self._starts_at_fit())
         elif self._last_output is not None and np.array_equal(q0.data, self._last_output):
             z0 = self._last_z
         else:  # moved by another step or by the user: restart the kernel there
-            z0 = self.precond.z(q0.data)
+            z0 = self.precond.z(self.layer.from_model(q0.data))
             self._reset_kernel_state()
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
@@ -397,7 +405,7 @@ class SubsamplingStep(ArrayStepShared):
                 self._adapt(theta, virial)
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
-        self._last_output = output = theta
+        self._last_output = output = self.layer.to_model(theta)  # the model's coordinates
         if not self.tune:
             stats["warning"] = self._end_of_chain_check()
         return RaveledVars(output, q0.point_map_info), [stats]

@@ -244,23 +244,44 @@ def test_tuning_adapts_then_freezes(small_logistic):
     np.testing.assert_array_equal(step.precond.center, layer.map_estimate().theta)
 
 
-def test_map_without_mode_warns_and_still_samples():
-    """A centred hierarchical model whose MAP search slides to tau -> 0: a ModeWarning that
-    names the problem and the fix, then tuning anchors where the draws are."""
+def _funnel_model() -> pm.Model:
+    """A centred hierarchy of 20 groups of 5 rows with no group effect: the joint density
+    grows without bound as tau -> 0 (a funnel), so its MAP search slides there."""
     rng = np.random.default_rng(45)
     groups = np.repeat(np.arange(20), 5)
     y = rng.normal(0.0, 1.0, size=100)
-    with pm.Model():
+    with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 5.0)
         tau = pm.HalfNormal("tau", 1.0)
         a = pm.Normal("a", mu, tau, shape=20)
         pm.Normal("y", a[groups], 1.0, observed=y)
+    return model
+
+
+def test_map_without_mode_warns_and_still_samples():
+    """In the model's own (centred) coordinates: a ModeWarning that names the problem and
+    the fix, then tuning anchors where the draws are."""
+    with _funnel_model():
         with pytest.warns(pmb.ModeWarning, match="non-centred"):
-            step = pmb.SGLD(batch_size=50)
+            step = pmb.SGLD(batch_size=50, reparameterize=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=step, chains=1, random_seed=2, **SAMPLE_KW)
     assert np.isfinite(idata.posterior["tau"].values).all()
+
+
+def test_funnel_is_sampled_non_centred_by_default():
+    """By default the data-poor groups are sampled non-centred (:mod:`.coordinates`), where
+    the MAP is a usable mode: no ModeWarning, a Laplace start.
+
+    Mutation: ``reparameterize: bool | str = False`` in ``SubsamplingStep.__init__``: the
+    ModeWarning of the centred coordinates is back."""
+    with _funnel_model(), warnings.catch_warnings():
+        warnings.simplefilter("error", pmb.ModeWarning)
+        step = pmb.SGLD(batch_size=50)
+    [reparam] = step.layer.reparam.reparams
+    assert reparam.centredness.max() < 0.5  # mostly non-centred
+    assert step.map_problem is None
 
 
 def test_default_batch_grows_while_noise_limits_the_step(small_logistic):

@@ -252,14 +252,15 @@ def test_rare_event_defaults(cls, rare_event):
 # ---------------------------------------------------------------------- a MAP outside the bulk
 @pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
 def test_mode_outside_the_bulk_is_reported(centred):
-    """The non-centred hierarchical model's joint mode is ~9 posterior sds from the bulk: the
-    first window says so (a ModeWarning naming the coordinate and the fix). The centred
-    model's MAP is within 1 sd of the bulk: no such warning."""
+    """In the model's own coordinates (``reparameterize=False``), the non-centred
+    hierarchical model's joint mode is ~9 posterior sds from the bulk: the first window says
+    so (a ModeWarning naming the coordinate and the fix). The centred model's MAP is within
+    1 sd of the bulk: no such warning."""
     model = hier_logistic(centred=centred)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pm.sample(
-            step=pmb.SGHMC(),
+            step=pmb.SGHMC(reparameterize=False),
             tune=300,
             draws=5,
             chains=1,
@@ -276,18 +277,27 @@ def test_mode_outside_the_bulk_is_reported(centred):
 
 
 @pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
-def test_noncentred_hierarchical_defaults(cls):
-    """Defaults on the non-centred model, whose joint mode is ~9 sds from the bulk: the
-    first settled window re-fits the Laplace fit at the draws' mean (full-data curvature and
-    anchor there), and the chains meet the bars against the NUTS reference with no bias
-    alarm (the MAP-based fit alone gave 5 sd errors and an ESS of 3)."""
+@pytest.mark.parametrize("coordinates", ["recentred", "model"])
+def test_noncentred_hierarchical_defaults(cls, coordinates):
+    """The non-centred model, whose joint mode is ~9 sds from the bulk in its own
+    coordinates. By default its data-rich groups are sampled centred (:mod:`.coordinates`),
+    where the MAP is close to the bulk: no ModeWarning. In the model's own coordinates
+    (``reparameterize=False``) the first settled window re-fits the Laplace fit at the draws'
+    mean (full-data curvature and anchor there). Either way the chains meet the bars against
+    the NUTS reference with no bias alarm (the MAP-based fit alone gave 5 sd errors and an
+    ESS of 3)."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
         pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
+    kwargs = {} if coordinates == "recentred" else {"reparameterize": False}
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmb.BiasWarning)
-        with pytest.warns(pmb.ModeWarning, match="does not describe"):
+        if coordinates == "recentred":
+            warnings.simplefilter("error", pmb.ModeWarning)
             idata = sample_two_chains(model, cls(model=model), seed=2026)
+        else:
+            with pytest.warns(pmb.ModeWarning, match="does not describe"):
+                idata = sample_two_chains(model, cls(model=model, **kwargs), seed=2026)
     ref = _reference("hier_logistic_noncentred")
     _check_against_reference(model, idata, ref, SD_BIAS[cls])
     names = [v.name for v in model.value_vars]
@@ -354,18 +364,17 @@ def test_hmcecs_skewed_targets_against_nuts(estimator, name):
 
 
 def test_signed_hmcecs_noncentred_expands_in_the_group_effects():
-    """Signed HMC-ECS with defaults on the non-centred hierarchical model (2 x 6,000 draws,
-    sign-corrected) against the NUTS reference. Expanded in ``theta = (mu, tau, z)`` its
-    control variates fail over most of this posterior (one 30-row estimate's variance runs to
-    10^2-10^6 at posterior draws; at e1225ce the chains gave 33 sd errors, all draws
-    diverging); ``taylor_space="auto"`` expands in the group effects ``a = mu + tau z``, whose
-    Taylor terms hold wherever ``a`` is in its posterior."""
+    """Signed HMC-ECS with defaults on the non-centred hierarchical model in its own
+    coordinates (2 x 6,000 draws, sign-corrected) against the NUTS reference. Expanded in
+    ``theta = (mu, tau, z)`` its control variates fail over most of this posterior (one
+    30-row estimate's variance runs to 10^2-10^6 at posterior draws; at e1225ce the chains
+    gave 33 sd errors, all draws diverging); ``taylor_space="auto"`` expands in the group
+    effects ``a = mu + tau z``, whose Taylor terms hold wherever ``a`` is in its posterior."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
         pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
-    idata = sample_two_chains(
-        model, pmb.HMCECS(model=model, estimator="signed"), seed=13, draws=6000
-    )
+    step = pmb.HMCECS(model=model, estimator="signed", reparameterize=False)
+    idata = sample_two_chains(model, step, seed=13, draws=6000)
     stats = idata.sample_stats
     assert stats["taylor_inputs"].values[:, -1].all()
     assert float(stats["subsample_accept"].mean()) > SUBSAMPLE_ACCEPT_ALARM
@@ -411,10 +420,11 @@ def test_ewsg_defaults_against_nuts(name):
 
 # ---------------------------------------------------------------------- Austerity
 def test_austerity_crawling_chain_is_flagged():
-    """AusterityMH's defaults on the non-centred model crawl (the proposal scale tuned to
-    0.13 of its Gaussian optimum, the draws 4.5 sds off the NUTS reference:
+    """AusterityMH's defaults on the non-centred model in its own coordinates crawl (the
+    proposal scale tuned to 0.13 of its Gaussian optimum, the draws 4.5 sds off the NUTS reference:
     ``benchmarks/results/hard_targets_austerity.md``); the collapsed scale raises a
     BiasWarning naming it instead of passing silently."""
     model = hier_logistic(centred=False)
+    step = pmb.AusterityMH(model=model, reparameterize=False)  # the model's own coordinates
     with pytest.warns(pmb.BiasWarning, match="shrank the proposal scale"):
-        sample_two_chains(model, pmb.AusterityMH(model=model), seed=2026)
+        sample_two_chains(model, step, seed=2026)

@@ -1,0 +1,453 @@
+"""Loc-scale group effects: find them in a model's graph, and move them between centrings.
+
+A hierarchical model's group effects ``a_j`` (``j = 1 .. J``) are written either *centred*,
+``a ~ Normal(loc, scale)``, or *non-centred*, ``z ~ Normal(0, 1)`` and ``a = loc + scale * z``.
+At big-data scale neither is right for every group: the rows of a data-rich group pin ``a_j``
+down, so its ``z_j`` is tied to ``(loc, scale)`` along a narrow ridge, while a data-poor group
+makes the centred form a funnel in ``(scale, a_j)``. A sampler does better in coordinates
+``w_j`` centred per group (Gorinova, Moore & Hoffman 2020, "Automatic reparameterisation of
+probabilistic programs"; NumPyro's ``LocScaleReparam``), with centredness ``c_j`` in [0, 1]::
+
+    a_j = loc + scale**(1 - c_j) * (w_j - c_j * loc),    w_j ~ Normal(c_j * loc, scale**c_j)
+
+(``c_j = 1``: ``w_j = a_j``; ``c_j = 0``: ``w_j = z_j``). The model's own variable is the case
+``c_j = m`` with ``m = 1`` for a centred model (``t = a``) and ``m = 0`` for a non-centred one
+(``t = z``), so both directions are one map from the sampler's ``w`` to the model's ``t``::
+
+    t_j = m * loc + scale**(m - c_j) * (w_j - c_j * loc)                        (1)
+    w_j = c_j * loc + scale**(c_j - m) * (t_j - m * loc)                        (2)
+    log |det dtheta/dphi| = log(scale) * sum_j (m - c_j)                         (3)
+
+Every other coordinate (``loc`` and ``scale`` included) is the same in both vectors, so the
+Jacobian is block triangular and (3) is the product of its diagonal ``dt_j / dw_j``.
+
+This module reads a PyMC model's graph: :func:`find_loc_scale_effects` returns a
+:class:`LocScaleEffect` record per effect it is sure of (never a guess: anything else is
+simply not reported). The bijection (1)-(3) is in :mod:`pymc_bigdata.model.reparam`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pymc as pm
+from pymc.logprob.transforms import LogTransform
+from pytensor.compile.ops import ViewOp
+from pytensor.graph.basic import Constant, Variable
+from pytensor.scalar import Add, Mul
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.random.basic import NormalRV
+from pytensor.tensor.sharedvar import TensorSharedVariable
+from pytensor.tensor.subtensor import AdvancedSubtensor
+
+from pymc_bigdata.data import row_column
+from pymc_bigdata.model.row_data import data_value, strip_minibatch
+
+__all__ = ["LocScaleEffect", "find_loc_scale_effects"]
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+@dataclass(frozen=True, eq=False)
+class LocScaleEffect:
+    """One loc-scale group effect of a model, located in the raveled value vector ``theta``.
+
+    Attributes
+    ----------
+    name : str
+        The effect's name: the ``pm.Deterministic`` holding ``loc + scale * z`` (else the
+        name of ``z``) for a non-centred effect, the free variable ``a`` for a centred one.
+    centred : bool
+        The model samples ``a ~ Normal(loc, scale)`` itself (True) or ``z ~ Normal(0, 1)``
+        with ``a = loc + scale * z`` (False).
+    effect : str
+        Name of the value variable of ``a`` (centred) or ``z`` (non-centred).
+    effect_slice : slice
+        Its ``J`` entries in ``theta``.
+    loc : str or None
+        Name of the (untransformed, size-1) value variable of ``loc``; None where ``loc`` is
+        the constant :attr:`loc_value`.
+    loc_slice : slice or None
+        Its entry in ``theta`` (None for a constant ``loc``).
+    loc_value : float
+        The constant ``loc`` (0.0 for ``a = scale * z``); unused where :attr:`loc` is set.
+    scale : str
+        Name of the (size-1) value variable of ``scale``, e.g. ``tau_log__``.
+    scale_slice : slice
+        Its entry in ``theta``.
+    scale_transform : {"log", None}
+        ``"log"``: the value is ``log(scale)``; None: the value is ``scale`` itself.
+    group : ndarray of int or None
+        The row data ``g`` of the likelihood's only read of the effect, ``a[g]``: the group
+        of each row. None where the effect is read otherwise too, through several index
+        arrays, or through a ``pmb.Data`` column (held out of memory; see
+        :attr:`group_var`).
+    group_var : Variable or None
+        The data variable behind ``g`` (a constant, ``pm.Data`` or ``pmb.Data``), if found.
+    indexed_only : bool
+        The likelihood reads the effect only as ``a[g]`` with this one index ``g`` (one entry
+        per row): the log-likelihood's Hessian in the effect is then diagonal.
+    """
+
+    name: str
+    centred: bool
+    effect: str
+    effect_slice: slice
+    loc: str | None
+    loc_slice: slice | None
+    loc_value: float
+    scale: str
+    scale_slice: slice
+    scale_transform: str | None
+    group: np.ndarray | None = field(default=None, repr=False)
+    group_var: Variable | None = field(default=None, repr=False)
+    indexed_only: bool = False
+
+    @property
+    def n_groups(self) -> int:
+        """``J``, the number of group effects."""
+        return self.effect_slice.stop - self.effect_slice.start
+
+    @property
+    def model_centredness(self) -> float:
+        """``m`` of Eq. (1): 1.0 for a centred model, 0.0 for a non-centred one."""
+        return 1.0 if self.centred else 0.0
+
+    def group_counts(self) -> np.ndarray | None:
+        """Rows per group, shape (J,) (None where :attr:`group` is unknown)."""
+        if self.group is None:
+            return None
+        return np.bincount(np.ravel(self.group), minlength=self.n_groups)[: self.n_groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# detection
+
+
+def find_loc_scale_effects(
+    model: pm.Model,
+    value_vars: Sequence[Variable] | None = None,
+    point: Mapping[str, np.ndarray] | None = None,
+) -> list[LocScaleEffect]:
+    """The loc-scale group effects of ``model`` that its likelihood reads.
+
+    Reported, and nothing else:
+
+    * non-centred: a free vector ``z ~ Normal(0, 1)`` (constant mu 0 and sigma 1, no
+      transform) entering the likelihood only through ``loc + scale * z`` (either order of
+      either operation, ``pm.Deterministic`` wrappers allowed, or ``scale * z`` alone);
+    * centred: a free vector ``a ~ Normal(loc, scale)`` (no transform) that the likelihood
+      reads;
+
+    where ``scale`` is a sampled free variable of size 1, untransformed or log-transformed
+    (``HalfNormal``, ``Exponential``, ``HalfCauchy`` ...), and ``loc`` a sampled,
+    untransformed free variable of size 1 or a constant. Other shapes, priors, transforms
+    or held variables give no record.
+
+    Parameters
+    ----------
+    model
+        The PyMC model.
+    value_vars
+        The value variables raveled into ``theta``, in order (default ``model.value_vars``,
+        the order of ``DictToArrayBijection`` and of the layer's ``theta``).
+    point
+        A point giving each value variable's shape (default ``model.initial_point()``).
+
+    Returns
+    -------
+    list of LocScaleEffect
+        In the order of the effect variables in ``value_vars``.
+    """
+    value_vars = list(model.value_vars if value_vars is None else value_vars)
+    point = model.initial_point() if point is None else point
+    layout = _Layout(model, value_vars, point)
+    free = set(model.free_RVs)
+    read = _walk(list(model.observed_RVs), blockers=free)
+    found: dict[Variable, LocScaleEffect] = {}
+    for var in _candidates(read):
+        match = _match_noncentred(var, layout)
+        if match is None or match[0] in found:
+            continue
+        z_rv, loc, scale, index = match
+        if z_rv in _walk(_other_uses(model, z_rv), blockers=free | {var}):
+            continue  # z reaches the model other than through this expression
+        name = _effect_name(var, read) or z_rv.name
+        group = _group_index(var, read) if index is None else _row_index(index)
+        found[z_rv] = layout.record(name, False, z_rv, loc, scale, group)
+    for rv in model.free_RVs:
+        match = _match_centred(rv, layout)
+        if match is None or rv not in read:
+            continue
+        found[rv] = layout.record(rv.name, True, rv, *match, _group_index(rv, read))
+    order = {v: i for i, v in enumerate(value_vars)}
+    return sorted(found.values(), key=lambda e: order[layout.value_of[e.effect]])
+
+
+class _Layout:
+    """Where each free variable's value sits in ``theta``, and what may be an effect's part."""
+
+    def __init__(
+        self, model: pm.Model, value_vars: list[Variable], point: Mapping[str, np.ndarray]
+    ):
+        self.model = model
+        self.slices: dict[Variable, slice] = {}
+        self.value_of: dict[str, Variable] = {}
+        start = 0
+        for var in value_vars:
+            size = int(np.prod(np.shape(point[var.name])))
+            self.slices[var] = slice(start, start + size)
+            self.value_of[var.name] = var
+            start += size
+
+    def transform(self, rv: Variable):
+        return self.model.rvs_to_transforms.get(rv)
+
+    def sampled(self, rv: Variable) -> slice | None:
+        """``rv``'s slice of ``theta`` where it is a sampled free variable, else None."""
+        value = self.model.rvs_to_values.get(rv)
+        if rv not in self.model.free_RVs or value not in self.slices:
+            return None
+        return self.slices[value]
+
+    def scalar(self, var: Variable) -> Variable | None:
+        """The free variable of size 1 behind ``var`` (broadcasts and views peeled)."""
+        rv = _peel(var, broadcasts=True)
+        sl = self.sampled(rv)
+        if sl is None or sl.stop - sl.start != 1 or not rv.dtype.startswith("float"):
+            return None
+        return rv
+
+    def loc(self, var: Variable) -> Variable | float | None:
+        """An untransformed sampled scalar free variable, or a constant (its float)."""
+        value = _constant(var)
+        if value is not None:
+            return float(value.ravel()[0]) if value.size == 1 else None
+        rv = self.scalar(var)
+        return rv if rv is not None and self.transform(rv) is None else None
+
+    def scale(self, var: Variable) -> Variable | None:
+        """A sampled scalar free variable, untransformed or log-transformed."""
+        rv = self.scalar(var)
+        if rv is None:
+            return None
+        transform = self.transform(rv)
+        return rv if transform is None or isinstance(transform, LogTransform) else None
+
+    def vector(self, rv: Variable) -> bool:
+        """``rv`` is a sampled, untransformed, float vector free variable."""
+        return (
+            self.sampled(rv) is not None
+            and rv.ndim == 1
+            and rv.dtype.startswith("float")
+            and self.transform(rv) is None
+        )
+
+    def record(
+        self,
+        name: str,
+        centred: bool,
+        effect: Variable,
+        loc: Variable | float,
+        scale: Variable,
+        group: _GroupIndex,
+    ) -> LocScaleEffect:
+        values = self.model.rvs_to_values
+        loc_free = isinstance(loc, Variable)
+        return LocScaleEffect(
+            name=name,
+            centred=centred,
+            effect=values[effect].name,
+            effect_slice=self.sampled(effect),
+            loc=values[loc].name if loc_free else None,
+            loc_slice=self.sampled(loc) if loc_free else None,
+            loc_value=0.0 if loc_free else float(loc),
+            scale=values[scale].name,
+            scale_slice=self.sampled(scale),
+            scale_transform="log" if self.transform(scale) is not None else None,
+            group=group.rows,
+            group_var=group.var,
+            indexed_only=group.indexed_only,
+        )
+
+
+def _walk(outputs: list[Variable], blockers: set[Variable]) -> set[Variable]:
+    """Every variable ``outputs`` read, not looking past ``blockers`` (which are included)."""
+    seen: set[Variable] = set()
+    stack = list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if var.owner is not None and var not in blockers:
+            stack.extend(var.owner.inputs)
+    return seen
+
+
+def _other_uses(model: pm.Model, rv: Variable) -> list[Variable]:
+    """The graphs that may read ``rv``: the observed variables, the other free variables'
+    parameters and the potentials."""
+    params = [i for r in model.free_RVs if r is not rv for i in r.owner.inputs]
+    return [*model.observed_RVs, *params, *model.potentials]
+
+
+def _peel(var: Variable, broadcasts: bool = False) -> Variable:
+    """``var`` without ``pm.Deterministic`` views (and broadcasting dimshuffles)."""
+    while var.owner is not None:
+        op = var.owner.op
+        if isinstance(op, ViewOp) or (broadcasts and isinstance(op, DimShuffle)):
+            var = var.owner.inputs[0]
+        else:
+            break
+    return var
+
+
+def _constant(var: Variable) -> np.ndarray | None:
+    """The value of a constant (through views and dimshuffles), else None."""
+    var = _peel(var, broadcasts=True)
+    return np.asarray(var.data, dtype=np.float64) if isinstance(var, Constant) else None
+
+
+def _elemwise(var: Variable, scalar_op: type) -> list[Variable] | None:
+    """The two inputs of ``var`` where it is an elementwise binary ``scalar_op``."""
+    node = var.owner
+    if node is None or not isinstance(node.op, Elemwise) or len(node.inputs) != 2:
+        return None
+    return list(node.inputs) if isinstance(node.op.scalar_op, scalar_op) else None
+
+
+def _candidates(read: set[Variable]) -> list[Variable]:
+    """The sums and products the likelihood reads, sums first (``loc + scale * z`` before
+    its ``scale * z``), in a fixed order."""
+    sums = [v for v in read if _elemwise(v, Add) is not None]
+    products = [v for v in read if _elemwise(v, Mul) is not None]
+    return sorted(sums, key=id) + sorted(products, key=id)
+
+
+def _match_noncentred(
+    var: Variable, layout: _Layout
+) -> tuple[Variable, Variable | float, Variable, Variable | None] | None:
+    """``(z, loc, scale, g)`` where ``var`` is ``loc + scale * z`` (or ``scale * z``), or the
+    same per row, ``loc + scale * z[g]`` (then ``g``, else None)."""
+    if var.ndim != 1:
+        return None
+    terms = _elemwise(var, Add)
+    if terms is None:
+        match = _match_product(var, layout)
+        return None if match is None else (match[0], 0.0, match[1], match[2])
+    for loc_term, product in (terms, terms[::-1]):
+        match = _match_product(_peel(product), layout)
+        loc = layout.loc(loc_term)
+        if match is not None and loc is not None and all(loc is not v for v in match[:2]):
+            return match[0], loc, match[1], match[2]
+    return None
+
+
+def _match_product(
+    var: Variable, layout: _Layout
+) -> tuple[Variable, Variable, Variable | None] | None:
+    """``(z, scale, g)`` where ``var`` is ``scale * z`` with ``z ~ Normal(0, 1)`` (``g``
+    None), or ``scale * z[g]`` with a 1-d integer index ``g``."""
+    factors = _elemwise(var, Mul)
+    if factors is None or var.ndim != 1:
+        return None
+    for scale_factor, z_factor in (factors, factors[::-1]):
+        z_rv, index = _indexed(_peel(z_factor))
+        scale = layout.scale(scale_factor)
+        if scale is not None and scale is not z_rv and _standard_normal(z_rv, layout):
+            return z_rv, scale, index
+    return None
+
+
+def _indexed(var: Variable) -> tuple[Variable, Variable | None]:
+    """``(z, g)`` where ``var`` is ``z[g]`` with a 1-d integer index, else ``(var, None)``."""
+    node = var.owner
+    if node is None or not isinstance(node.op, AdvancedSubtensor) or len(node.inputs) != 2:
+        return var, None
+    index = node.inputs[1]
+    if index.ndim != 1 or not index.dtype.startswith(("int", "uint")):
+        return var, None
+    return _peel(node.inputs[0]), index
+
+
+def _standard_normal(rv: Variable, layout: _Layout) -> bool:
+    """``rv`` is a sampled untransformed vector ``Normal(0, 1)``."""
+    if rv.owner is None or type(rv.owner.op) is not NormalRV or not layout.vector(rv):
+        return False
+    mu, sigma = (_constant(p) for p in rv.owner.op.dist_params(rv.owner))
+    return mu is not None and sigma is not None and np.all(mu == 0.0) and np.all(sigma == 1.0)
+
+
+def _match_centred(rv: Variable, layout: _Layout) -> tuple[Variable | float, Variable] | None:
+    """``(loc, scale)`` where the free variable ``rv`` is a vector ``Normal(loc, scale)``."""
+    if rv.owner is None or type(rv.owner.op) is not NormalRV or not layout.vector(rv):
+        return None
+    mu, sigma = rv.owner.op.dist_params(rv.owner)
+    loc, scale = layout.loc(mu), layout.scale(sigma)
+    if loc is None or scale is None or loc is scale:
+        return None
+    return loc, scale
+
+
+def _effect_name(var: Variable, read: set[Variable]) -> str | None:
+    """The name of a ``pm.Deterministic`` view of ``var`` that the likelihood reads."""
+    for view in sorted(read, key=id):
+        if view is not var and view.name and view.owner is not None and _peel(view) is var:
+            return view.name
+    return var.name
+
+
+class _GroupIndex(NamedTuple):
+    rows: np.ndarray | None
+    var: Variable | None
+    indexed_only: bool
+
+
+def _row_index(index: Variable) -> _GroupIndex:
+    """The group index of an effect read per row as ``loc + scale * z[g]`` (``z`` reaches
+    the likelihood only there, so ``z[g]`` is its only read)."""
+    var = strip_minibatch(index)
+    if not isinstance(var, Constant | TensorSharedVariable):
+        return _GroupIndex(None, None, False)
+    if row_column(var) is not None:
+        return _GroupIndex(None, var, True)
+    return _GroupIndex(np.asarray(data_value(var)), var, True)
+
+
+def _group_index(effect: Variable, read: set[Variable]) -> _GroupIndex:
+    """The row data ``g`` of the likelihood's reads ``effect[g]``: its array (None where the
+    effect is read any other way, or the data are a ``pmb.Data`` column), its variable, and
+    whether ``effect[g]`` is the only read."""
+    data: set[Variable] = set()
+    other_read = False
+    for var in read:
+        node = var.owner
+        if node is None or isinstance(node.op, ViewOp):
+            continue
+        for position, inp in enumerate(node.inputs):
+            if _peel(inp) is not effect:
+                continue
+            index = node.inputs[1] if len(node.inputs) == 2 else None
+            indexing = isinstance(node.op, AdvancedSubtensor)
+            if indexing and position == 0 and index is not None and index.ndim == 1:
+                data.add(strip_minibatch(index))
+                continue
+            other_read = True
+    if len(data) != 1:
+        return _GroupIndex(None, None, False)
+    [var] = data
+    if not var.dtype.startswith(("int", "uint")):
+        return _GroupIndex(None, None, False)
+    if not isinstance(var, Constant | TensorSharedVariable):
+        return _GroupIndex(None, None, False)
+    if other_read:
+        return _GroupIndex(None, var, False)
+    if row_column(var) is not None:
+        return _GroupIndex(None, var, True)
+    return _GroupIndex(np.asarray(data_value(var)), var, True)

@@ -1,0 +1,254 @@
+"""Sampling coordinates for loc-scale group effects: per-group (partial) centring.
+
+For an effect found by :func:`~pymc_bigdata.model.loc_scale.find_loc_scale_effects`, the
+sampler's vector ``phi`` holds ``w_j`` where the model's ``theta`` holds ``t_j`` (``z_j`` of a
+non-centred model, ``m = 0``; ``a_j`` of a centred one, ``m = 1``), with centredness ``c_j``
+in [0, 1] (Gorinova, Moore & Hoffman 2020; Papaspiliopoulos, Roberts & Skold 2007)::
+
+    a_j = loc + scale**(1 - c_j) * (w_j - c_j * loc),    w_j ~ Normal(c_j * loc, scale**c_j)
+    t_j = m * loc + scale**(m - c_j) * (w_j - c_j * loc)                        (1)
+    w_j = c_j * loc + scale**(c_j - m) * (t_j - m * loc)                        (2)
+    log |det dtheta/dphi| = log(scale) * sum_j (m - c_j)                         (3)
+
+Every other coordinate (``loc`` and ``scale`` included) is shared, so the Jacobian is block
+triangular and (3) is the product of its diagonal ``dt_j / dw_j``. The density of ``phi`` is
+``p(theta(phi)) |det dtheta/dphi|``, which is what the model written with ``w`` gives.
+
+:class:`LocScaleReparam` is the map in numpy (draws back to the model's variables) and in
+PyTensor (:meth:`~LocScaleReparam.symbolic_effect`: the layer's graphs in ``phi``);
+:func:`choose_centredness` is the rule for ``c_j`` (the Gaussian optimum, which makes ``w_j``
+and ``loc`` independent a posteriori given the scale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+from pymc_bigdata.model.loc_scale import LocScaleEffect
+
+__all__ = ["LocScaleReparam", "LocScaleReparams", "choose_centredness", "group_information"]
+
+
+def group_information(
+    effect: LocScaleEffect,
+    theta: np.ndarray,
+    loglik_hvp: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """``h_j = kappa_j scale^2``: each group's data information about ``a_j`` relative to the
+    prior's, at ``theta`` (the model's coordinates), with ``kappa_j = -d^2 loglik / d a_j^2``.
+
+    An effect read only as ``a[g]`` (``indexed_only``) has a diagonal log-likelihood Hessian
+    in ``t``, so one full-data Hessian-vector product along the effect's slots gives it:
+    ``-d^2 loglik / d z_j^2 = scale^2 kappa_j`` (non-centred), ``kappa_j`` (centred).
+    """
+    if not effect.indexed_only:
+        raise ValueError(f"{effect.name}: the likelihood reads it other than as a[g].")
+    direction = np.zeros_like(theta)
+    direction[effect.effect_slice] = 1.0
+    curvature = -np.asarray(loglik_hvp(theta, direction))[effect.effect_slice]
+    value = float(theta[effect.scale_slice][0])
+    scale = np.exp(value) if effect.scale_transform == "log" else abs(value)
+    info = curvature if not effect.centred else curvature * scale**2
+    return np.maximum(np.nan_to_num(info, nan=0.0, posinf=0.0), 0.0)
+
+
+def choose_centredness(information: np.ndarray) -> np.ndarray:
+    """``c_j = h_j / (1 + h_j)``: centred (``c = 1``) where the data pin the group down
+    (``h_j >> 1``), non-centred (``c = 0``) where the prior does. For a Gaussian likelihood
+    this is the partially non-centred parameterisation under which ``w_j`` and ``loc`` are
+    independent a posteriori given the scale (Papaspiliopoulos et al. 2007)."""
+    h = np.asarray(information, dtype=np.float64)
+    return h / (1.0 + h)
+
+
+class LocScaleReparam:
+    """Eqs. (1)-(3) for one effect: the sampler's ``phi`` (``w`` in the effect's slots) and
+    the model's ``theta`` (``z`` or ``a`` there), all other entries shared.
+
+    Vectors are raveled value vectors (the layout of the effect's slices); leading batch axes
+    are allowed (``phi[..., d]``). A log-transformed scale is ``exp(value)``; an
+    untransformed one enters Eqs. (1)-(3) as ``|value|``.
+
+    Parameters
+    ----------
+    effect
+        The effect (from :func:`find_loc_scale_effects`).
+    centredness
+        ``c_j`` in [0, 1], one per group or one for all: 1 samples the group centred, 0
+        non-centred, in between partially (Gorinova et al. 2020).
+    """
+
+    def __init__(self, effect: LocScaleEffect, centredness: float | np.ndarray):
+        self.effect = effect
+        #: ``c_j`` in the symbolic map: a shared vector, so that a layer's compiled
+        #: functions follow :meth:`set_centredness` without a new compile
+        self.shared_centredness = pytensor.shared(np.zeros(effect.n_groups), effect.name + "_c")
+        self.set_centredness(centredness)
+
+    def set_centredness(self, centredness: float | np.ndarray) -> None:
+        """Move to centredness ``c_j`` (one per group, or one for all), numpy and symbolic."""
+        effect = self.effect
+        c = np.broadcast_to(np.asarray(centredness, dtype=np.float64), (effect.n_groups,))
+        if not np.all((c >= 0.0) & (c <= 1.0)):
+            raise ValueError(f"{effect.name}: centredness must lie in [0, 1], got {c}.")
+        self.centredness = c.copy()
+        self.power = effect.model_centredness - self.centredness  # m - c_j of Eq. (1)
+        self.shared_centredness.set_value(self.centredness.copy())
+
+    # ------------------------------------------------------------------ parts of a vector
+    def _loc(self, x: np.ndarray) -> np.ndarray:
+        e = self.effect
+        if e.loc_slice is None:
+            return np.full(x.shape[:-1] + (1,), e.loc_value)
+        return x[..., e.loc_slice]
+
+    def _log_scale(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``log(scale)`` and its derivative in the scale's value, shape (..., 1) each."""
+        value = x[..., self.effect.scale_slice]
+        if self.effect.scale_transform == "log":
+            return value, np.ones_like(value)
+        return np.log(np.abs(value)), 1.0 / value
+
+    def _factor(self, x: np.ndarray) -> np.ndarray:
+        """``scale**(m - c_j)``, shape (..., J)."""
+        return np.exp(self._log_scale(x)[0] * self.power)
+
+    # ------------------------------------------------------------------ the map
+    def to_model(self, phi: np.ndarray) -> np.ndarray:
+        """``theta`` at ``phi`` (Eq. 1)."""
+        phi = np.asarray(phi, dtype=np.float64)
+        sl, loc, c = self.effect.effect_slice, self._loc(phi), self.centredness
+        theta = phi.copy()
+        m = self.effect.model_centredness
+        theta[..., sl] = m * loc + self._factor(phi) * (phi[..., sl] - c * loc)
+        return theta
+
+    def from_model(self, theta: np.ndarray) -> np.ndarray:
+        """``phi`` at ``theta`` (Eq. 2)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        sl, loc, c = self.effect.effect_slice, self._loc(theta), self.centredness
+        phi = theta.copy()
+        m = self.effect.model_centredness
+        phi[..., sl] = c * loc + (theta[..., sl] - m * loc) / self._factor(theta)
+        return phi
+
+    def log_jacobian(self, phi: np.ndarray) -> float | np.ndarray:
+        """``log |det dtheta/dphi|`` at ``phi`` (Eq. 3); an array over leading batch axes."""
+        log_scale = self._log_scale(np.asarray(phi, dtype=np.float64))[0][..., 0]
+        out = log_scale * self.power.sum()
+        return float(out) if np.ndim(out) == 0 else out
+
+    # ------------------------------------------------------------------ in PyTensor
+    def symbolic_effect(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        """The model's effect variable ``t`` (shape (J,)) at the symbolic vector ``phi``
+        (Eq. 1)."""
+        e, c, m = self.effect, self.shared_centredness, self.effect.model_centredness
+        loc = e.loc_value if e.loc_slice is None else phi[e.loc_slice][0]
+        factor = pt.exp(self._symbolic_log_scale(phi) * (m - c))
+        return m * loc + factor * (phi[e.effect_slice] - c * loc)
+
+    def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        """``log |det dtheta/dphi|`` at the symbolic ``phi`` (Eq. 3)."""
+        power = self.effect.model_centredness - self.shared_centredness
+        return self._symbolic_log_scale(phi) * pt.sum(power)
+
+    def _symbolic_log_scale(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        value = phi[self.effect.scale_slice][0]
+        return value if self.effect.scale_transform == "log" else pt.log(pt.abs(value))
+
+    def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
+        """The gradient in ``phi`` of ``f(to_model(phi)) + log_jacobian(phi)`` from
+        ``grad_theta``, the gradient of ``f`` at ``to_model(phi)``:
+        ``J' grad_theta + grad log|J|``."""
+        phi = np.asarray(phi, dtype=np.float64)
+        g = np.asarray(grad_theta, dtype=np.float64)
+        e, c, m = self.effect, self.centredness, self.effect.model_centredness
+        sl, ssl = e.effect_slice, e.scale_slice
+        loc = self._loc(phi)
+        factor = self._factor(phi)
+        d_log_scale = self._log_scale(phi)[1]
+        g_t = g[..., sl]
+        out = g.copy()
+        out[..., sl] = factor * g_t  # dt_j / dw_j
+        if e.loc_slice is not None:  # dt_j / dloc = m - c_j scale**(m - c_j)
+            out[..., e.loc_slice] += np.sum(g_t * (m - c * factor), axis=-1, keepdims=True)
+        # dt_j / dlog(scale) = (m - c_j) t_j-part, and d log|J| / dlog(scale) = sum (m - c_j)
+        shift = self.power * factor * (phi[..., sl] - c * loc)
+        through = np.sum(g_t * shift, axis=-1, keepdims=True) + self.power.sum()
+        out[..., ssl] += d_log_scale * through
+        return out
+
+
+class LocScaleReparams:
+    """Several :class:`LocScaleReparam` at once (effects on disjoint slots, whose ``loc`` and
+    ``scale`` are no other effect's slots): the maps commute, the log-Jacobians add up.
+
+    Parameters
+    ----------
+    reparams
+        One per effect.
+
+    Raises
+    ------
+    ValueError
+        Where one effect's slots overlap another's effect, loc or scale slots.
+    """
+
+    def __init__(self, reparams: Sequence[LocScaleReparam]):
+        self.reparams = list(reparams)
+        for i, r in enumerate(self.reparams):
+            mine = set(range(r.effect.effect_slice.start, r.effect.effect_slice.stop))
+            for j, other in enumerate(self.reparams):
+                e = other.effect
+                used = [e.scale_slice, e.loc_slice] + ([e.effect_slice] if i != j else [])
+                theirs = {k for s in used if s is not None for k in range(s.start, s.stop)}
+                if mine & theirs:
+                    raise ValueError(
+                        f"Effects {r.effect.name!r} and {e.name!r} share entries of theta."
+                    )
+
+    def key(self) -> bytes:
+        """A key of the current centredness (a layer's MAP and fits depend on it)."""
+        return b"".join(r.centredness.tobytes() for r in self.reparams)
+
+    def to_model(self, phi: np.ndarray) -> np.ndarray:
+        """``theta`` at ``phi``."""
+        out = np.asarray(phi, dtype=np.float64)
+        for r in self.reparams:
+            out = r.to_model(out)
+        return out
+
+    def from_model(self, theta: np.ndarray) -> np.ndarray:
+        """``phi`` at ``theta``."""
+        out = np.asarray(theta, dtype=np.float64)
+        for r in self.reparams:
+            out = r.from_model(out)
+        return out
+
+    def log_jacobian(self, phi: np.ndarray) -> float | np.ndarray:
+        """``log |det dtheta/dphi|``: the sum over effects."""
+        return sum((r.log_jacobian(phi) for r in self.reparams), 0.0)
+
+    def symbolic_effects(self, phi: pt.TensorVariable) -> dict[str, pt.TensorVariable]:
+        """Each effect's value variable name: its value at the symbolic ``phi``."""
+        return {r.effect.effect: r.symbolic_effect(phi) for r in self.reparams}
+
+    def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        """``log |det dtheta/dphi|`` at the symbolic ``phi``: the sum over effects."""
+        total = pt.constant(0.0, dtype="float64")
+        for r in self.reparams:
+            total = total + r.symbolic_log_jacobian(phi)
+        return total
+
+    def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
+        """``J' grad_theta + grad log|J|`` (each effect's map reads only slots the others
+        leave unchanged, so the pullbacks compose in any order)."""
+        phi = np.asarray(phi, dtype=np.float64)
+        out = np.asarray(grad_theta, dtype=np.float64)
+        for r in self.reparams:
+            out = r.pullback(phi, out)
+        return out
