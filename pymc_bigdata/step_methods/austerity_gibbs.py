@@ -14,8 +14,8 @@ coefficient.
 The continuous variables are held: a continuous step beside it in a compound step moves them
 (``step=[pmb.AusterityGibbs([gamma]), pmb.AusterityMH([beta])]``), and gives each
 configuration of the binary variables its own Laplace fit and control-variate anchor (see
-:meth:`~pymc_bigdata.step_methods.base.SubsamplingStep._switch_configuration`). The test
-reads the plain differences: a flip is no small move, so a Taylor proxy would not shrink them.
+:mod:`~pymc_bigdata.step_methods.held`). The test reads the plain differences: a flip is no
+small move, so a Taylor proxy would not shrink them.
 """
 
 from __future__ import annotations

@@ -26,21 +26,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
-from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.alarms import ChainAlarm
-from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation
-from pymc_bigdata.step_methods.chain_report import COMMON_STATS, ChainReport, common_stats
+from pymc_bigdata.step_methods.chain_report import COMMON_STATS, common_stats
+from pymc_bigdata.step_methods.chain_state import new_chain_state
 from pymc_bigdata.step_methods.coordinates import check_reparameterize, sampling_layer
-from pymc_bigdata.step_methods.divergence import (
-    DivergenceCheck,
-    kept_divergence_message,
-    rejected_divergence_message,
-)
 from pymc_bigdata.step_methods.gradient_oracle import (
     DrawRecord,
     GradientOracle,
@@ -48,16 +42,14 @@ from pymc_bigdata.step_methods.gradient_oracle import (
 )
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
 from pymc_bigdata.step_methods.minibatches import Minibatches
-from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.settings import (
     check_data_current,
     check_shared_settings,
     step_layer,
 )
-from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.start import chain_start, find_census, starting_fit
-from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize
+from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, require_noise_model
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
 
@@ -81,11 +73,10 @@ class SubsamplingStep(ArrayStepShared):
         PyMC model (default: the one in context).
     batch_size
         Rows per minibatch ``n`` (``1 <= n <= N``); default ``min(1000, N)``.
-    step_size
-        Step size in the preconditioned coordinates, kept fixed; default: tuned (the
-        sampler's step-size policy, :mod:`.step_size`).
-    inner_steps
-        Transitions per recorded draw; default from the step size.
+    step_size, inner_steps
+        Step size in the preconditioned coordinates and transitions per recorded draw, kept
+        fixed; default: tuned (the sampler's step-size policy, :mod:`.step_size`), the
+        transitions from the step size.
     preconditioner
         ``"auto"`` (dense up to 200 parameters, diagonal beyond), ``"dense"``, ``"diag"`` or
         ``"identity"``; from the Laplace fit, then from the chain's draws in tuning.
@@ -130,16 +121,10 @@ class SubsamplingStep(ArrayStepShared):
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = dict(COMMON_STATS)
 
     def __init_subclass__(cls, **kwargs):
-        """A sampler on the default (noise-limited) step-size policy states its noise model:
-        ``noise_share(step_size, noise_var)``, the share of its stationary variance that
-        gradient noise of variance ``noise_var`` feeds at ``step_size``."""
+        """Refuse a sampler on the default (noise-limited) step size without a noise model
+        (:func:`~.step_size.require_noise_model`)."""
         super().__init_subclass__(**kwargs)
-        default_policy = cls._make_step_policy is SubsamplingStep._make_step_policy
-        if default_policy and not callable(getattr(cls, "noise_share", None)):
-            raise TypeError(
-                f"{cls.__name__} uses the noise-limited step size: define noise_share(step_size, "
-                "noise_var), or declare another policy with _make_step_policy()."
-            )
+        require_noise_model(cls, cls._make_step_policy is SubsamplingStep._make_step_policy)
 
     def __init__(
         self,
@@ -188,14 +173,10 @@ class SubsamplingStep(ArrayStepShared):
         self.step_size = settings.step_size or self.default_step()
         self.inner_steps = settings.inner_steps or min(self.default_inner(), self.max_inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
-        self.tune = True
+        self.tune, batch = True, settings.batch_size
+        self.census = census  #: indices of the census stratum's rows (every estimate reads them)
         self.minibatches = Minibatches(
-            self.layer,
-            settings.batch_size,
-            census,
-            self.rng,
-            replace=self.replace,
-            reshuffle=self.reshuffle,
+            self.layer, batch, census, self.rng, replace=self.replace, reshuffle=self.reshuffle
         )
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
@@ -206,19 +187,15 @@ class SubsamplingStep(ArrayStepShared):
         self._reset_chain_state()  # every hook it calls now finds its sampler set up
 
     # ------------------------------------------------------------------ set-up, in two phases
-    # (docs/developers.md): the sampler's settings, the base's (layer, fit, census, rows),
-    # then ``_prepare`` (the sampler's set-up on all that), then the first chain state.
     def _check_layer_settings(self) -> None:
-        """Check the sampler's own settings that need the layer (N, d), before the
-        full-data MAP search."""
+        """Check the sampler's settings that need the layer (N, d), before the MAP search."""
 
     def _prepare(self) -> None:
         """The sampler's set-up that needs the Laplace fit, the census and the rows (the
         second phase of ``__init__``; nothing of the chain exists yet)."""
 
     def _fit_configuration(self, start: np.ndarray | None = None) -> Configuration:
-        """The Laplace fit, anchor and control-variate order from the MAP (found from
-        ``start``), or the fallback when it is no mode (:func:`~.start.starting_fit`)."""
+        """The fit at the MAP found from ``start``, or else the fallback (:mod:`.start`)."""
         name = type(self).__name__
         return starting_fit(self.layer, start, self.preconditioner_kind, name, self.cv_mode)
 
@@ -231,35 +208,19 @@ class SubsamplingStep(ArrayStepShared):
 
     # ------------------------------------------------------------------ held variables
     def step(self, point):
-        """PyMC's step; first the held (discrete) variables' values from ``point``."""
-        if self.layer.held_vars:
-            self.layer.hold(self.layer.held_from_point(point))
-            if self.layer.held_key != self.held_configurations.current:
-                self._switch_configuration()
+        """PyMC's step; first the held variables' values from ``point`` (:mod:`.held`)."""
+        if self.layer.held_vars and self.held_configurations.hold(self.layer, point):
+            fit = partial(self._fit_configuration, self._last_theta)  # a MAP search from there
+            self._use(self.held_configurations.switch(self.layer.held_key, fit))
+            self._last_output = None  # astep restarts the kernel in the new coordinates
+            self._divergence.restart()  # another target: its level is not comparable
+            self._reset_kernel_state()
         return step_own_vars(self, point)
-
-    def _switch_configuration(self) -> None:
-        """The held variables changed (another step of a compound step moved them): the
-        conditional target is another one, so are its mode, curvature and control variates.
-        Each configuration of the held values gets its own Laplace fit and anchor, found the
-        first time it is met (a MAP search from the chain's last point) and kept; the
-        kernel restarts in that fit's coordinates. The step size (in those coordinates) and
-        the batch size carry over."""
-        fit = partial(self._fit_configuration, self._last_theta)  # a MAP search from there
-        self._use(self.held_configurations.switch(self.layer.held_key, fit))
-        self._last_output = None  # astep restarts the kernel in the new coordinates
-        self._divergence.restart()  # another target: its level is not comparable
-        self._reset_kernel_state()
 
     @property
     def batch_size(self) -> int:
         """Rows per minibatch now (tuning may grow it from the default)."""
         return self.minibatches.size
-
-    @property
-    def census(self) -> np.ndarray:
-        """Indices of the census stratum's rows (every estimate reads them)."""
-        return self.minibatches.census
 
     # ------------------------------------------------------------------ defaults and checks
     def default_batch_size(self, n_rows: int) -> int:
@@ -281,9 +242,8 @@ class SubsamplingStep(ArrayStepShared):
     @staticmethod
     def competence(var, has_grad):
         """Compatible with continuous variables: never chosen over NUTS unless preferred."""
-        if var.dtype in pm.discrete_types or not has_grad:
-            return Competence.INCOMPATIBLE
-        return Competence.COMPATIBLE
+        ok = has_grad and var.dtype not in pm.discrete_types
+        return Competence.COMPATIBLE if ok else Competence.INCOMPATIBLE
 
     # ------------------------------------------------------------------ chain lifecycle
     def setup_chain(self, rng, tune: int, draws: int) -> None:
@@ -304,32 +264,18 @@ class SubsamplingStep(ArrayStepShared):
         self.tune = False
 
     def _reset_chain_state(self) -> None:
-        self.tune = True
+        """A new chain: the initial settings and fit, fresh collaborators (:mod:`.chain_state`)
+        and no last draw; samplers with per-chain state of their own extend it."""
+        self.tune, self._draw_index = True, 0
         self.minibatches.restore_default()
         self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps = self._initial
         self.laplace = self._initial_laplace
-        self._draw_index = 0
         if self.layer.held_vars:
             self.map_problem = self.held_configurations.restart().map_problem
-        self._noise = NoiseAccumulator(self.layer.dim)
-        self._last_theta: np.ndarray | None = None
-        self._last_output: np.ndarray | None = None
-        self._last_z: np.ndarray | None = None
-        self._divergence = DivergenceCheck()
-        name = type(self).__name__
-        self._report = ChainReport(
-            name, self.layer.dim, self._make_alarms(), self.noise_bound, self.off_target_consequence
-        )
-        self._step_policy = self._make_step_policy()
-        self._adaptation = ChainAdaptation(
-            self,
-            tune=self._chain_tune if self.adapt else 0,
-            policy=self._step_policy,
-            noise=self._noise,
-            stability=StabilityWatch(self.layer.dim) if self.watches_stability else None,
-            restart_kernel=self._reset_kernel_state,
-            fixed=(self._fixed_step, self._fixed_inner),
-        )
+        self._last_theta = self._last_output = self._last_z = None  # theta, model's, z
+        tune, fixed = self._chain_tune if self.adapt else 0, (self._fixed_step, self._fixed_inner)
+        chain = new_chain_state(self, tune=tune, fixed=fixed)
+        self._noise, self._divergence, self._report, self._step_policy, self._adaptation = chain
         self._reset_kernel_state()
 
     def _reset_kernel_state(self) -> None:
@@ -352,11 +298,6 @@ class SubsamplingStep(ArrayStepShared):
             noise_measurement=self.noise_measurement,
         )
 
-    def _gradient_oracle(self, measure: bool) -> GradientOracle:
-        """The draw's gradient oracle (a fresh minibatch per call); with ``measure``, the
-        call on the kernel's last transition measures the noise and the log density."""
-        return GradientOracle(self._estimator(), self.minibatches.draw, measure)
-
     def _noise_variance(self, order: int) -> np.ndarray:
         """Variance of the current batch's gradient estimate per coordinate (z units):
         ``N^2 s^2 (1/n - 1/N)`` without replacement, ``N^2 s^2 / n`` with."""
@@ -370,34 +311,35 @@ class SubsamplingStep(ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         if self._draw_index == 0:
             self._reset_kernel_state()
+            at_fit = self._chain_tune > 0 and self.map_problem is None  # else the initial point
             theta0 = self.layer.from_model(q0.data)
-            z0 = chain_start(self.precond, self.laplace, theta0, self.rng, self._starts_at_fit())
+            z0 = chain_start(self.precond, self.laplace, theta0, self.rng, at_fit)
         elif self._last_output is not None and np.array_equal(q0.data, self._last_output):
             z0 = self._last_z
         else:  # moved by another step or by the user: restart the kernel there
             z0 = self.precond.z(self.layer.from_model(q0.data))
             self._reset_kernel_state()
+        # on a measuring draw, the kernel's last oracle call measures the noise and log density
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
-            z, finite, record = self._transitions(z0, self._gradient_oracle(measure))
-        draw = self._divergence.judge(
-            z0,
-            z,
-            finite,
-            record,
-            self._kinetic_temperature(),
-            early=self.cv_order > 0,
-            kept=self.accept_step,
-        )
-        z, lp, virial, diverging = draw
+            oracle = GradientOracle(self._estimator(), self.minibatches.draw, measure)
+            z, finite, record = self._transitions(z0, oracle)
+        temperature = self._kinetic_temperature()
+        draw = self._divergence.judge(z0, z, finite, record, temperature, early=self.cv_order > 0)
+        z, _, virial, diverging = draw
         rows_read = record.rows_read
         if diverging:
             rows_read += self._on_divergence(z0, blew_up=finite)
         else:
             self._noise.keep(record.noise)
         theta = self.precond.theta(z)
-        stats = self._common_stats(lp, virial, diverging, rows_read)
-        self._watch_draw(stats)
+        noise_var = self._noise_variance(self.cv_order)
+        stats = common_stats(self, draw, rows_read, noise_var, self._step_policy)
+        stats.update(self._extra_stats())
+        if self.tune:  # the policy watches tuning's draws, the chain's report the others
+            self._step_policy.observe(stats)
+        else:
+            self._report.observe(stats, self._kinetic_temperature())
         self._draw_index += 1
         if self.tune and self.adapt:
             self._adaptation.watch(diverging, self._kinetic_temperature(), virial)
@@ -406,39 +348,9 @@ class SubsamplingStep(ArrayStepShared):
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
         self._last_output = output = self.layer.to_model(theta)  # the model's coordinates
-        if not self.tune:
-            stats["warning"] = self._end_of_chain_check()
+        if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:
+            stats["warning"] = self._report.end_of_chain()  # after the chain's last draw
         return RaveledVars(output, q0.point_map_info), [stats]
-
-    def _common_stats(
-        self, lp: float, virial: float, diverging: bool, rows_read: int
-    ) -> dict[str, Any]:
-        noise_var = self._noise_variance(self.cv_order)
-        share = self._step_policy.share(self.step_size, noise_var) if noise_var.size else math.nan
-        stats = common_stats(
-            self,
-            lp=lp,
-            virial=virial,
-            diverging=diverging,
-            rows_read=rows_read,
-            noise_var=noise_var,
-            noise_share=share,
-        )
-        stats.update(self._extra_stats())
-        return stats
-
-    def _watch_draw(self, stats: dict[str, Any]) -> None:
-        """Hand the draw's stats to the collaborators that watch them: the step-size policy
-        in tuning, the chain's report after it."""
-        if self.tune:
-            self._step_policy.observe(stats)
-        else:
-            self._report.observe(stats, self._kinetic_temperature())
-
-    def _end_of_chain_check(self) -> SamplerWarning | None:
-        if self._draw_index != self._chain_tune + self._chain_draws:
-            return None
-        return self._report.end_of_chain()
 
     # ------------------------------------------------------------------ divergences
     def _on_divergence(self, z0: np.ndarray, blew_up: bool) -> int:
@@ -446,29 +358,18 @@ class SubsamplingStep(ArrayStepShared):
         kernel's state is the chain's, never undone (``accept_step``); else the kernel
         restarts at ``z0`` and, if tuning has not yet measured the gradient noise, measures
         it there (the next step size then accounts for it). Returns the rows read here."""
-        name, rows_read = type(self).__name__, 0
-        if self.accept_step:
-            message = kept_divergence_message(name, blew_up)
-        else:
-            message = rejected_divergence_message(name)
+        rows_read = 0
+        if not self.accept_step:
             self._reset_kernel_state()
             if self.tune and self.adapt and not self._noise.measured():
-                rows_read = self._measure_noise_at(z0)
+                oracle = GradientOracle(self._estimator(), self.minibatches.draw, True)
+                record = oracle.measure_at(z0)  # its log density: the next draw's base
+                self._noise.keep(record.noise)
+                self._divergence.set_base(record.log_density)
+                rows_read = record.rows_read
         if not self.tune:
-            self._report.divergence(message)
+            self._report.divergence(self._divergence.message(blew_up))
         return rows_read
-
-    def _measure_noise_at(self, z: np.ndarray) -> int:
-        """One measured gradient at ``z`` (its noise kept, its log density the next
-        draw's base); returns the rows it read."""
-        oracle = self._gradient_oracle(measure=True)
-        with np.errstate(all="ignore"):
-            oracle.last(z)
-        record = oracle.record()
-        self._noise.keep(record.noise)
-        if math.isfinite(record.log_density):
-            self._divergence.track.add(record.log_density)
-        return record.rows_read
 
     # ------------------------------------------------------------------ sampler's declarations
     #: what the end-of-chain alarm says an off-target chain's draws likely are
@@ -490,11 +391,6 @@ class SubsamplingStep(ArrayStepShared):
             pool_size=self._pool_size(),
             replace=self.replace,
         )
-
-    def _starts_at_fit(self) -> bool:
-        """Whether a chain starts from a draw of the Laplace fit (tuning follows and the
-        MAP is a mode), not from PyMC's initial point."""
-        return self._chain_tune > 0 and self.map_problem is None
 
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""

@@ -18,6 +18,7 @@ from pymc.stats.convergence import SamplerWarning
 from pymc_bigdata.errors import DivergenceWarning
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
+from pymc_bigdata.step_methods.divergence import JudgedDraw
 
 __all__ = ["COMMON_STATS", "ChainReport", "common_stats"]
 
@@ -39,28 +40,25 @@ COMMON_STATS: dict[str, tuple[Any, list | None]] = {
 
 
 def common_stats(
-    step: Any,
-    *,
-    lp: float,
-    virial: float,
-    diverging: bool,
-    rows_read: int,
-    noise_var: np.ndarray,
-    noise_share: float,
+    step: Any, draw: JudgedDraw, rows_read: int, noise_var: np.ndarray, policy: Any
 ) -> dict[str, Any]:
     """A draw's :data:`COMMON_STATS` from the step's settings now (``step_size``,
-    ``batch_size``, ``cv_order``, ``tune``, ``layer.n_rows``) and what the draw did."""
+    ``batch_size``, ``cv_order``, ``tune``, ``layer.n_rows``), the judged draw (its
+    log-density estimate, virial and divergence), the rows it read, and the gradient noise
+    now (variance per coordinate, z units) with the share of the stationary variance it
+    feeds at the step size (the step-size ``policy``'s ``share``; NaN before a measurement)."""
+    noise_share = policy.share(step.step_size, noise_var) if noise_var.size else math.nan
     return {
         "step_size": step.step_size,
-        "lp_est": lp,
+        "lp_est": draw.log_density,
         "rows_touched": rows_read,
         "batch_size": step.batch_size,
         "data_fraction": rows_read / step.layer.n_rows,
         "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
         "noise_share": noise_share,
-        "virial": virial,
+        "virial": draw.virial,
         "cv_order": step.cv_order,
-        "diverging": diverging,
+        "diverging": draw.diverging,
         "tune": step.tune,
         "warning": None,
     }
@@ -121,4 +119,4 @@ class ChainReport:
             problems += alarm.problems(self.sampler)
         if not problems:
             return None
-        return bias_warning(" ".join(problems), stacklevel=5)
+        return bias_warning(" ".join(problems), stacklevel=4)  # the step's step()

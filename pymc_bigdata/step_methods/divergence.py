@@ -61,14 +61,30 @@ class JudgedDraw(NamedTuple):
 
 class DivergenceCheck:
     """The blow-up test of a chain's draws, with the recent log-density estimates it
-    compares against (:class:`LogDensityTrack`)."""
+    compares against (:class:`LogDensityTrack`).
 
-    def __init__(self):
+    Parameters
+    ----------
+    sampler
+        The sampler's name, as the warnings give it.
+    kept
+        Whether a diverging draw is kept: the kernel's own accept test decided (see
+        ``SubsamplingStep.accept_step``); else it is rejected, the chain back at its start.
+    """
+
+    def __init__(self, sampler: str, kept: bool):
+        self.sampler, self.kept = sampler, kept
         self.track = LogDensityTrack()
 
     def restart(self) -> None:
         """Another target (e.g. other values of held variables): forget the estimates."""
         self.track = LogDensityTrack()
+
+    def set_base(self, log_density: float) -> None:
+        """A log-density estimate measured where the chain is (not a kernel's draw): the
+        next draw's base, if finite."""
+        if math.isfinite(log_density):
+            self.track.add(log_density)
 
     def judge(
         self,
@@ -79,18 +95,23 @@ class DivergenceCheck:
         kinetic_temperature: float,
         *,
         early: bool,
-        kept: bool,
     ) -> JudgedDraw:
         """The kernel's draw from ``z0`` to ``z``: diverging where a value was not finite or
         it blew up (:meth:`blew_up`); a diverging draw is rejected (back at ``z0``) unless
-        ``kept`` (the kernel's own accept test decided, see ``SubsamplingStep.accept_step``).
-        A good draw's log-density estimate becomes the next draw's base."""
+        ``kept``. A good draw's log-density estimate becomes the next draw's base."""
         virial = record.virial()
         if not finite or self.blew_up(z, record, virial, kinetic_temperature, early):
-            return JudgedDraw(z if kept else z0, math.nan, math.nan, True)
+            return JudgedDraw(z if self.kept else z0, math.nan, math.nan, True)
         if math.isfinite(record.log_density):
             self.track.add(record.log_density)
         return JudgedDraw(z, record.log_density, virial, False)
+
+    def message(self, blew_up: bool) -> str:
+        """The warning for a diverging draw (``blew_up``: its values were finite, the
+        blow-up test fired)."""
+        if self.kept:
+            return kept_divergence_message(self.sampler, blew_up)
+        return rejected_divergence_message(self.sampler)
 
     def blew_up(
         self,

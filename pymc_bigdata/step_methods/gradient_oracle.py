@@ -214,6 +214,13 @@ class GradientOracle:
         measure, self._measure = self._measure, False
         return self._estimate(z, measure)
 
+    def measure_at(self, z: np.ndarray) -> DrawRecord:
+        """A last (measuring) estimate at ``z`` alone, with no kernel transition (e.g. where
+        a rejected divergence restarts the chain): the record of what it did."""
+        with np.errstate(all="ignore"):
+            self.last(z)
+        return self.record()
+
     def record(self) -> DrawRecord:
         """What the calls so far did."""
         return DrawRecord(

@@ -4,7 +4,12 @@ A step that samples the continuous variables beside a step for the discrete ones
 :class:`~pymc_bigdata.AusterityGibbs`) targets another conditional posterior each time the
 held (discrete) values change: its mode, curvature and control variates differ. Each
 configuration of the held values gets its own Laplace fit and anchor, found the first time it
-is met and kept (at most ``MAX_CONFIGURATIONS``; the oldest is dropped beyond).
+is met (a MAP search from the chain's last point) and kept (at most ``MAX_CONFIGURATIONS``;
+the oldest is dropped beyond). The step holds one :class:`HeldConfigurations`: at each of
+PyMC's steps it holds the point's held values (:meth:`HeldConfigurations.hold`) and, in
+another configuration, stands on that configuration's fit and restarts its kernel in the
+fit's coordinates; the step size (in those coordinates) and the batch size carry over. A new
+chain starts from the step's own configuration (:meth:`HeldConfigurations.restart`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from pymc_bigdata.model.anchor import Anchor
+from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
 __all__ = ["MAX_CONFIGURATIONS", "Configuration", "HeldConfigurations"]
@@ -53,6 +59,12 @@ class HeldConfigurations:
         """A new chain: back to the step's own configuration."""
         self.current = self.initial_key
         return self._fits[self.initial_key]
+
+    def hold(self, layer: MinibatchModel, point: dict) -> bool:
+        """Hold ``point``'s values of the layer's held variables; whether they are another
+        configuration than the current one (the step then :meth:`switch`-es to it)."""
+        layer.hold(layer.held_from_point(point))
+        return layer.held_key != self.current
 
     def get(self, key: bytes) -> Configuration | None:
         """The configuration's fit, if it was met before (and kept)."""

@@ -34,6 +34,7 @@ __all__ = [
     "NoiseLimitedStepSize",
     "StepChoice",
     "StepContext",
+    "require_noise_model",
 ]
 
 #: with the default batch size, tuning raises it (up to this multiple of the default, and
@@ -48,6 +49,17 @@ BATCH_CHANGE = 1.25
 #: second order is chosen when its worst noise variance is below this fraction of first
 #: order's and first order's would limit the step size
 SECOND_ORDER_GAIN = 0.5
+
+
+def require_noise_model(sampler: type, noise_limited: bool) -> None:
+    """Refuse a sampler on the noise-limited step size (``noise_limited``) that states no
+    noise model: ``noise_share(step_size, noise_var)``, the share of its stationary variance
+    that gradient noise of variance ``noise_var`` feeds at ``step_size``."""
+    if noise_limited and not callable(getattr(sampler, "noise_share", None)):
+        raise TypeError(
+            f"{sampler.__name__} uses the noise-limited step size: define noise_share(step_size, "
+            "noise_var), or declare another policy with _make_step_policy()."
+        )
 
 
 class StepContext(NamedTuple):

@@ -1,0 +1,85 @@
+"""One chain's collaborators, made afresh for each chain (``setup_chain``, ``reset_tuning``).
+
+:func:`new_chain_state` builds them from what the sampler declares (:class:`ChainOwner`): the
+measured gradient noise (:mod:`.noise`), the blow-up test (:mod:`.divergence`), the chain's
+report with the sampler's alarms (:mod:`.chain_report`), its step-size policy
+(:mod:`.step_size`) and the adaptation that tunes the step with them
+(:mod:`.chain_adaptation`: the tuning windows and, where the sampler declares one, the
+stability watch). The step keeps each as an attribute of its own, so that ``astep`` reaches
+them directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+from pymc_bigdata.step_methods.alarms import ChainAlarm
+from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation, Tunable
+from pymc_bigdata.step_methods.chain_report import ChainReport
+from pymc_bigdata.step_methods.divergence import DivergenceCheck
+from pymc_bigdata.step_methods.noise import NoiseAccumulator
+from pymc_bigdata.step_methods.stability import StabilityWatch
+
+__all__ = ["ChainOwner", "ChainState", "new_chain_state"]
+
+
+class ChainOwner(Tunable, Protocol):
+    """What :func:`new_chain_state` reads of a step (the declarations of
+    :class:`~.base.SubsamplingStep`), besides what its adaptation tunes."""
+
+    noise_bound: float
+    #: whether the kernel's own accept test decides (a diverging draw is then kept)
+    accept_step: bool
+    #: what the end-of-chain alarm says an off-target chain's draws likely are
+    off_target_consequence: str
+    #: whether tuning halves the step size after divergences and hot blocks
+    watches_stability: bool
+
+    def _make_alarms(self) -> list[ChainAlarm]: ...
+
+    def _make_step_policy(self) -> Any: ...
+
+    def _reset_kernel_state(self) -> None: ...
+
+
+class ChainState(NamedTuple):
+    """One chain's collaborators (see the module docstring)."""
+
+    noise: NoiseAccumulator
+    divergence: DivergenceCheck
+    report: ChainReport
+    policy: Any
+    adaptation: ChainAdaptation
+
+
+def new_chain_state(step: ChainOwner, *, tune: int, fixed: tuple[bool, bool]) -> ChainState:
+    """A chain's fresh collaborators for ``step``, with the alarms and the step-size policy
+    it declares (``_make_alarms()``, then ``_make_step_policy()``; the step's settings are
+    back at their initial values by then).
+
+    Parameters
+    ----------
+    step
+        The step they serve (its dimension, noise bound and declarations; its adaptation
+        tunes it and restarts its kernel, ``_reset_kernel_state``).
+    tune
+        Tuning draws the adaptation's windows cover (0: no windows).
+    fixed
+        Whether a given step size and a given number of transitions per draw are kept.
+    """
+    dim = step.layer.dim
+    noise = NoiseAccumulator(dim)
+    name, consequence = type(step).__name__, step.off_target_consequence
+    divergence = DivergenceCheck(name, kept=step.accept_step)
+    report = ChainReport(name, dim, step._make_alarms(), step.noise_bound, consequence)
+    policy = step._make_step_policy()
+    adaptation = ChainAdaptation(
+        step,
+        tune=tune,
+        policy=policy,
+        noise=noise,
+        stability=StabilityWatch(dim) if step.watches_stability else None,
+        restart_kernel=step._reset_kernel_state,
+        fixed=fixed,
+    )
+    return ChainState(noise, divergence, report, policy, adaptation)
