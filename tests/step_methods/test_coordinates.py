@@ -28,9 +28,7 @@ from pymc_bigdata.step_methods.coordinates import (
 )
 
 
-def _noncentred(
-    sizes: list[int], tau: float, seed: int = 0, tau_prior: float = 1.0
-) -> pm.Model:
+def _noncentred(sizes: list[int], tau: float, seed: int = 0, tau_prior: float = 1.0) -> pm.Model:
     """``y ~ Normal(mu + tau * z[g], 1)``, groups of ``sizes`` rows, true sd ``tau``,
     ``tau ~ HalfNormal(tau_prior)``."""
     rng = np.random.default_rng(seed)
