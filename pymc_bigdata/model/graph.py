@@ -230,6 +230,14 @@ class ModelGraph:
         new.prior_graph = prior + reparam.symbolic_log_jacobian(phi)
         return new
 
+    def to_model(self, theta: np.ndarray) -> np.ndarray:
+        """A vector of these coordinates in the model's own (itself without :attr:`reparam`)."""
+        return theta if self.reparam is None else self.reparam.to_model(theta)
+
+    def from_model(self, theta: np.ndarray) -> np.ndarray:
+        """A vector of the model's own coordinates in these."""
+        return theta if self.reparam is None else self.reparam.from_model(theta)
+
     @property
     def initial_theta(self) -> np.ndarray:
         """The model's initial point, raveled (in :attr:`reparam`'s coordinates if any)."""

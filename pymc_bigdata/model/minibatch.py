@@ -98,6 +98,13 @@ class MinibatchModel:
         self.n_rows, self.rows, self.row_inputs = graph.n_rows, graph.rows, graph.row_inputs
         self.theta, self.anchor, self.direction = graph.theta, graph.anchor, graph.direction
         self.row_logp_graph, self.prior_graph = graph.row_logp_graph, graph.prior_graph
+        #: the map from this layer's coordinates to the model's (None: the model's own),
+        #: and vectors mapped each way (:meth:`ModelGraph.to_model`, ``from_model``)
+        self.reparam, self.to_model, self.from_model = (
+            graph.reparam,
+            graph.to_model,
+            graph.from_model,
+        )
         self._map_results: dict[bytes, MapResult] = {}
 
     @property
@@ -115,20 +122,6 @@ class MinibatchModel:
         new._assemble(self.graph.reparameterised(reparam), self.chunk_rows)
         new.model_layer = self
         return new
-
-    @property
-    def reparam(self):
-        """The map from this layer's coordinates to the model's (None: the model's own)."""
-        return self.graph.reparam
-
-    def to_model(self, theta: np.ndarray) -> np.ndarray:
-        """A vector of this layer's coordinates in the model's own (the same without
-        :attr:`reparam`)."""
-        return theta if self.graph.reparam is None else self.graph.reparam.to_model(theta)
-
-    def from_model(self, theta: np.ndarray) -> np.ndarray:
-        """A vector of the model's own coordinates in this layer's."""
-        return theta if self.graph.reparam is None else self.graph.reparam.from_model(theta)
 
     @property
     def chunk_rows(self) -> int:
@@ -360,7 +353,8 @@ class MinibatchModel:
         Two forward passes per direction, in one streamed pass over the data; the result
         has N entries (:meth:`influential_rows` keeps only the few that stand out).
         """
-        return np.concatenate([part for _, part in self._influence_chunks(theta, directions)])
+        chunks = self.passes.influence_chunks(theta, directions)
+        return np.concatenate([part for _, part in chunks])
 
     def influential_rows(
         self, theta: np.ndarray, directions: list[np.ndarray], factor: float, cap: int
@@ -368,11 +362,7 @@ class MinibatchModel:
         """Rows whose :meth:`row_influence` exceeds ``factor`` times its mean over the rows
         (non-finite influence counts as infinite), at most the ``cap`` largest, sorted; one
         streamed pass of bounded memory (:func:`~pymc_bigdata.model.passes.select_influential`)."""
-        return select_influential(self._influence_chunks(theta, directions), factor, cap)
-
-    def _influence_chunks(self, theta: np.ndarray, directions: list[np.ndarray]):
-        """``(first row, row_influence of a chunk)`` over the data, one pass."""
-        return self.passes.influence_chunks(theta, directions)
+        return select_influential(self.passes.influence_chunks(theta, directions), factor, cap)
 
     # ------------------------------------------------------------------ the Laplace fit
     def find_map(self, start: np.ndarray | None = None, maxiter: int = 500) -> MapResult:

@@ -415,7 +415,9 @@ def test_census_leaves_enough_rows_for_a_minibatch(small_logistic, monkeypatch):
     model, layer = small_logistic
     influence = np.ones(layer.n_rows)
     influence[:200] = 1e6
-    monkeypatch.setattr(layer, "_influence_chunks", lambda theta, directions: [(0, influence)])
+    monkeypatch.setattr(
+        layer.passes, "influence_chunks", lambda theta, directions: [(0, influence)]
+    )
     step = pmb.SGLD(model=model, layer=layer, batch_size=4900)
     assert len(step.census) == 100
     assert len(step.minibatches.draw_indices()) == 4900
