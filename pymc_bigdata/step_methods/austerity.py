@@ -121,6 +121,7 @@ class AusterityMH(SubsamplingStep):
     name = "austerity_mh"
     accept_step = True
     watches_stability = False
+    reads_oracle = False
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
@@ -368,7 +369,7 @@ class AusterityMH(SubsamplingStep):
         return (proposal.position if result.accept else z), decision
 
     def _transitions(
-        self, z0: np.ndarray, oracle: GradientOracle
+        self, z0: np.ndarray, oracle: GradientOracle | None
     ) -> tuple[np.ndarray, bool, DrawRecord]:
         """``inner_steps`` approximate MH decisions (the test reads its own rows)."""
         self._rows_read = 0

@@ -112,6 +112,9 @@ class SubsamplingStep(ArrayStepShared):
     #: whether tuning halves the step size after divergences and hot blocks
     #: (:class:`~.stability.StabilityWatch`); False where an accept test or nothing to lower
     watches_stability: ClassVar[bool] = True
+    #: whether ``_transitions`` calls the gradient oracle (False: the sampler evaluates its
+    #: own estimates, HMC-ECS, SBPS and Austerity, and gets None instead of an oracle)
+    reads_oracle: ClassVar[bool] = True
     #: most transitions per draw the automatic rule may choose
     max_inner_steps: ClassVar[int] = MAX_INNER_STEPS
     #: step size in z coordinates for unit curvature, and transitions per draw
@@ -322,7 +325,11 @@ class SubsamplingStep(ArrayStepShared):
         # on a measuring draw, the kernel's last oracle call measures the noise and log density
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
-            oracle = GradientOracle(self._estimator(), self.minibatches.draw, measure)
+            oracle = (
+                GradientOracle(self._estimator(), self.minibatches.draw, measure)
+                if self.reads_oracle
+                else None
+            )
             z, finite, record = self._transitions(z0, oracle)
         temperature = self._kinetic_temperature()
         draw = self._divergence.judge(z0, z, finite, record, temperature, early=self.cv_order > 0)
@@ -403,7 +410,7 @@ class SubsamplingStep(ArrayStepShared):
 
     @abstractmethod
     def _transitions(
-        self, z0: np.ndarray, oracle: GradientOracle
+        self, z0: np.ndarray, oracle: GradientOracle | None
     ) -> tuple[np.ndarray, bool, DrawRecord]:
         """Run ``inner_steps`` kernel transitions from ``z0`` (gradient kernels call
         ``oracle``, and ``oracle.last`` on their last transition); return (z, all finite,

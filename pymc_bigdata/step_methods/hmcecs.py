@@ -120,6 +120,7 @@ class HMCECS(SubsamplingStep):
     name = "hmcecs"
     accept_step = True
     watches_stability = False
+    reads_oracle = False
     max_inner_steps = MAX_LEAPFROG
     default_step_size: ClassVar[float] = 0.25
     default_blocks: ClassVar[int] = 100
@@ -291,7 +292,7 @@ class HMCECS(SubsamplingStep):
 
     # ------------------------------------------------------------------ one draw
     def _transitions(
-        self, z0: np.ndarray, oracle: GradientOracle
+        self, z0: np.ndarray, oracle: GradientOracle | None
     ) -> tuple[np.ndarray, bool, DrawRecord]:
         """One Algorithm 1 iteration on its own estimates (:mod:`.hmcecs_estimates`), not the
         oracle."""

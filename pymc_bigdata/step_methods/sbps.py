@@ -113,6 +113,7 @@ class SBPS(SubsamplingStep):
 
     name = "sbps"
     watches_stability = False
+    reads_oracle = False
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
@@ -284,7 +285,7 @@ class SBPS(SubsamplingStep):
         return mu, mu * mu
 
     def _transitions(
-        self, z0: np.ndarray, oracle: GradientOracle
+        self, z0: np.ndarray, oracle: GradientOracle | None
     ) -> tuple[np.ndarray, bool, DrawRecord]:
         """SBPS reads its own directional estimates (``_observe``), not the oracle."""
         state = self._state
