@@ -277,7 +277,7 @@ class SubsamplingStep(ArrayStepShared):
             self.map_problem = self.held_configurations.restart().map_problem
         self._last_theta = self._last_output = self._last_z = None  # theta, model's, z
         tune, fixed = self._chain_tune if self.adapt else 0, (self._fixed_step, self._fixed_inner)
-        chain = new_chain_state(self, tune=tune, fixed=fixed)
+        chain = new_chain_state(self, tune=tune, draws=self._chain_draws, fixed=fixed)
         self._noise, self._divergence, self._report, self._step_policy, self._adaptation = chain
         self._reset_kernel_state()
 
@@ -346,7 +346,7 @@ class SubsamplingStep(ArrayStepShared):
         if self.tune:  # the policy watches tuning's draws, the chain's report the others
             self._step_policy.observe(stats)
         else:
-            self._report.observe(stats, self._kinetic_temperature())
+            self._report.observe(stats, self._kinetic_temperature(), z)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._adaptation.watch(diverging, self._kinetic_temperature(), virial)

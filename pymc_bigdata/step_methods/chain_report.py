@@ -17,6 +17,7 @@ from pymc.stats.convergence import SamplerWarning
 
 from pymc_bigdata.errors import DivergenceWarning
 from pymc_bigdata.step_methods.alarms import ChainAlarm
+from pymc_bigdata.step_methods.crawl import CrawlWatch
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor, bias_warning
 from pymc_bigdata.step_methods.divergence import JudgedDraw
 
@@ -79,6 +80,8 @@ class ChainReport:
         The gradient noise's largest share of the stationary variance.
     consequence
         What the bias warning says an off-target chain's draws likely are.
+    crawl
+        The watch of the kept draws' effective sample size (:mod:`.crawl`).
     """
 
     def __init__(
@@ -88,17 +91,23 @@ class ChainReport:
         alarms: list[ChainAlarm],
         noise_bound: float,
         consequence: str,
+        crawl: CrawlWatch,
     ):
         self.sampler = sampler
+        self.crawl = crawl
         self.monitor = ChainMonitor(dim)
         self.alarms = alarms
         self.noise_bound = noise_bound
         self.consequence = consequence
         self.warned_divergence = False
 
-    def observe(self, stats: dict[str, Any], kinetic_temperature: float) -> None:
-        """A kept draw after tuning: the monitor and each alarm see its statistics."""
+    def observe(
+        self, stats: dict[str, Any], kinetic_temperature: float, position: np.ndarray
+    ) -> None:
+        """A kept draw after tuning (at ``position``, the sampler's coordinates): the
+        monitor and each alarm see its statistics, the crawl watch its position."""
         self.monitor.add(stats["virial"], stats["noise_share"], kinetic_temperature)
+        self.crawl.add(position)
         for alarm in self.alarms:
             alarm.observe(stats)
 
@@ -117,6 +126,8 @@ class ChainReport:
         problems = [] if verdict is None else [verdict]
         for alarm in self.alarms:
             problems += alarm.problems(self.sampler)
+        crawling = self.crawl.problem(self.sampler)
+        problems += [] if crawling is None else [crawling]
         if not problems:
             return None
         return bias_warning(" ".join(problems), stacklevel=4)  # the step's step()

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation, Tunable
 from pymc_bigdata.step_methods.chain_report import ChainReport
+from pymc_bigdata.step_methods.crawl import CrawlWatch
 from pymc_bigdata.step_methods.divergence import DivergenceCheck
 from pymc_bigdata.step_methods.noise import NoiseAccumulator
 from pymc_bigdata.step_methods.stability import StabilityWatch
@@ -52,7 +53,9 @@ class ChainState(NamedTuple):
     adaptation: ChainAdaptation
 
 
-def new_chain_state(step: ChainOwner, *, tune: int, fixed: tuple[bool, bool]) -> ChainState:
+def new_chain_state(
+    step: ChainOwner, *, tune: int, draws: int, fixed: tuple[bool, bool]
+) -> ChainState:
     """A chain's fresh collaborators for ``step``, with the alarms and the step-size policy
     it declares (``_make_alarms()``, then ``_make_step_policy()``; the step's settings are
     back at their initial values by then).
@@ -64,6 +67,8 @@ def new_chain_state(step: ChainOwner, *, tune: int, fixed: tuple[bool, bool]) ->
         tunes it and restarts its kernel, ``_reset_kernel_state``).
     tune
         Tuning draws the adaptation's windows cover (0: no windows).
+    draws
+        Draws the chain keeps (the report's crawl watch holds them).
     fixed
         Whether a given step size and a given number of transitions per draw are kept.
     """
@@ -71,7 +76,9 @@ def new_chain_state(step: ChainOwner, *, tune: int, fixed: tuple[bool, bool]) ->
     noise = NoiseAccumulator(dim)
     name, consequence = type(step).__name__, step.off_target_consequence
     divergence = DivergenceCheck(name, kept=step.accept_step)
-    report = ChainReport(name, dim, step._make_alarms(), step.noise_bound, consequence)
+    report = ChainReport(
+        name, dim, step._make_alarms(), step.noise_bound, consequence, CrawlWatch(dim, draws)
+    )
     policy = step._make_step_policy()
     adaptation = ChainAdaptation(
         step,
