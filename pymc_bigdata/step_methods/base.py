@@ -340,13 +340,14 @@ class SubsamplingStep(ArrayStepShared):
         else:
             self._noise.keep(record.noise)
         theta = self.precond.theta(z)
+        output = self.layer.to_model(theta)  # the model's coordinates
         noise_var = self._noise_variance(self.cv_order)
         stats = common_stats(self, draw, rows_read, noise_var, self._step_policy)
         stats.update(self._extra_stats())
         if self.tune:  # the policy watches tuning's draws, the chain's report the others
             self._step_policy.observe(stats)
         else:
-            self._report.observe(stats, self._kinetic_temperature(), z)
+            self._report.observe(stats, self._kinetic_temperature(), output)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._adaptation.watch(diverging, self._kinetic_temperature(), virial)
@@ -354,7 +355,7 @@ class SubsamplingStep(ArrayStepShared):
                 self._adapt(theta, virial)
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
-        self._last_output = output = self.layer.to_model(theta)  # the model's coordinates
+        self._last_output = output
         if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:
             stats["warning"] = self._report.end_of_chain()  # after the chain's last draw
         return RaveledVars(output, q0.point_map_info), [stats]

@@ -104,8 +104,9 @@ class ChainReport:
     def observe(
         self, stats: dict[str, Any], kinetic_temperature: float, position: np.ndarray
     ) -> None:
-        """A kept draw after tuning (at ``position``, the sampler's coordinates): the
-        monitor and each alarm see its statistics, the crawl watch its position."""
+        """A kept draw after tuning (at ``position``, the model's coordinates, as the draws
+        are returned): the monitor and each alarm see its statistics, the crawl watch its
+        position."""
         self.monitor.add(stats["virial"], stats["noise_share"], kinetic_temperature)
         self.crawl.add(position)
         for alarm in self.alarms:

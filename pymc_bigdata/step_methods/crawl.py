@@ -3,9 +3,10 @@
 A chain can move so slowly that its draws stay near where tuning left them (a step size
 collapsed by a poor fit, coordinates that tie the parameters along a ridge), and then every
 per-draw statistic looks healthy while the draws are far from a sample of the posterior.
-:class:`CrawlWatch` keeps the kept draws of up to ``CRAWL_COORDINATES`` of the sampler's
-coordinates and, at the chain's end, their bulk effective sample sizes (ArviZ's, one chain):
-where the smallest is below ``CRAWL_ESS_SHARE`` of the draws, it reports the chain as
+:class:`CrawlWatch` keeps the kept draws of up to ``CRAWL_COORDINATES`` of the model's
+coordinates (the value variables, as ``az.summary`` reports them) and, at the chain's end,
+their bulk effective sample sizes (ArviZ's, one chain): where the smallest is below
+``CRAWL_ESS_SHARE`` of the draws, it reports the chain as
 crawling. The in-band runs of the hard-target results hold at least 6.6 % (two-chain bulk ESS
 133 of 2,000: signed HMC-ECS on the non-centred hierarchy in its own coordinates,
 ``benchmarks/results/hard_targets_redesign.md``); the crawling runs the issues reported held
@@ -35,7 +36,7 @@ class CrawlWatch:
     Parameters
     ----------
     dim
-        Coordinates of the sampler.
+        Coordinates of the raveled value variables.
     draws
         Draws the chain keeps (their array is allocated once).
     """
@@ -50,7 +51,7 @@ class CrawlWatch:
         self._count = 0
 
     def add(self, position: np.ndarray) -> None:
-        """A kept draw's position in the sampler's coordinates."""
+        """A kept draw's position in the model's coordinates."""
         if self._count < len(self._draws):
             self._draws[self._count] = position[self.coordinates]
             self._count += 1
@@ -73,8 +74,8 @@ class CrawlWatch:
             return None
         return (
             f"{sampler}: the chain crawls: its draws hold {ess:.0f} effective draws of "
-            f"{self._count} in coordinate {coordinate} of the sampler (bulk ESS of this chain "
-            f"alone, below {CRAWL_ESS_SHARE:.0%}), so they may stay near where tuning left them "
-            "rather than sample the posterior. Sample longer, compare several chains (R-hat), "
-            "or reparameterise."
+            f"{self._count} in coordinate {coordinate} of the raveled value variables (bulk ESS "
+            f"of this chain alone, below {CRAWL_ESS_SHARE:.0%}), so they may stay near where "
+            "tuning left them rather than sample the posterior. Sample longer, compare several "
+            "chains (R-hat), or reparameterise."
         )
