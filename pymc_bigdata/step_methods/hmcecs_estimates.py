@@ -146,14 +146,11 @@ class SubsampleEstimates:
         self.precond, self.anchor, self.settings = precond, anchor, settings
         self.exact_cache = exact_cache
         self.pool = minibatches.pool_size
+        #: whether the perturbed estimator's ``m`` reaches the pool of subsampled rows: the
+        #: log-likelihood is then the exact full-data sum (``sigma_hat^2 = 0``, ``u`` fixed)
+        self.exact = settings.estimator == "perturbed" and settings.subsample_size >= self.pool
         #: the rows the evaluations read so far
         self.rows_read = 0
-
-    @property
-    def exact(self) -> bool:
-        """Whether the perturbed estimator's ``m`` reaches the pool of subsampled rows: the
-        log-likelihood is then the exact full-data sum (``sigma_hat^2 = 0``, ``u`` fixed)."""
-        return self.settings.estimator == "perturbed" and self.settings.subsample_size >= self.pool
 
     def _take(self, positions: np.ndarray) -> list[np.ndarray]:
         return take_pool_rows(self.layer, self.pool_rows, positions)
