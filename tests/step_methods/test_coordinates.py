@@ -78,7 +78,13 @@ def test_model_coordinates_kept_where_the_rule_agrees():
 @pytest.mark.filterwarnings("ignore")
 def test_draws_are_the_models_variables_and_match_nuts():
     """SGHMC in the re-centred coordinates against full-data NUTS on the same model: every
-    variable's mean within 4 combined Monte Carlo standard errors, sds within 15 %.
+    variable's mean within 4 combined Monte Carlo standard errors, and its sd within 4
+    combined MCSEs of the sd of NUTS's (up to SGHMC's noise knob, ``sqrt(1 + noise_bound)``).
+
+    The sd bound was first a flat 15 %: on a cold compile cache (other bits, CI) tau's ratio
+    came out 1.20, while NUTS's 2 x 1,000 draws put tau's sd at 0.268 with an MCSE of 0.023
+    (8.5 %); a 4 x 5,000-draw NUTS run gives 0.281 +- 0.010 and SGHMC at three seeds
+    0.293-0.306 (one-off runs), so the flat bound ignored the reference's own error.
 
     Mutation: ``self._last_output = output = theta`` in ``astep`` (the draws left in the
     sampler's coordinates): ``z`` of the data-rich groups comes back as ``w = a``, several
@@ -90,10 +96,13 @@ def test_draws_are_the_models_variables_and_match_nuts():
         assert step.layer.reparam is not None
         ours = pm.sample(step=step, chains=2, random_seed=11, progressbar=False)
         nuts = pm.sample(chains=2, random_seed=12, progressbar=False, target_accept=0.95)
+    knob = np.sqrt(1.0 + step.noise_bound)
     for name in ("mu", "tau", "z"):
         a, b = ours.posterior[name], nuts.posterior[name]
-        se = np.hypot(az.mcse(a).values, az.mcse(b).values)  # mean's MCSE of each
+        se = np.hypot(az.mcse(a).values, az.mcse(b).values)  # each mean's MCSE
         err = np.abs(a.mean(("chain", "draw")).values - b.mean(("chain", "draw")).values)
         assert np.all(err < 4 * se), (name, err, se)
-        ratio = a.std(("chain", "draw")).values / b.std(("chain", "draw")).values
-        assert np.all(np.abs(ratio - 1) < 0.15), (name, ratio)
+        sd_a, sd_b = (x.std(("chain", "draw")).values for x in (a, b))
+        sd_se = np.hypot(az.mcse(a, method="sd").values, az.mcse(b, method="sd").values)
+        assert np.all(sd_a > sd_b - 4 * sd_se), (name, sd_a, sd_b, sd_se)
+        assert np.all(sd_a < knob * sd_b + 4 * sd_se), (name, sd_a, sd_b, sd_se)
