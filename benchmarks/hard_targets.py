@@ -58,12 +58,22 @@ MODELS = {
     # 100,000 rows, 40 groups of 8 to 17,958 rows, 3 covariates (one reference for both)
     "big_hier_logistic_noncentred": (lambda: hm.big_hier_logistic(centred=False), None),
     "big_hier_logistic_centred": (lambda: hm.big_hier_logistic(centred=True), None),
+    # 150,000 counts, 60 groups of 5 to 19,634 rows
+    "hier_poisson_noncentred": (lambda: hm.hier_poisson(centred=False), None),
+    "hier_poisson_centred": (lambda: hm.hier_poisson(centred=True), None),
+    # 40,000 ratings, 2,000 raters x 2,000 items, 20 each (d = 4,004)
+    "crossed_ratings_noncentred": (lambda: hm.crossed_ratings(centred=False), None),
+    "crossed_ratings_centred": (lambda: hm.crossed_ratings(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
 REFERENCE_FILE = {
     "big_hier_logistic_noncentred": "big_hier_logistic",
     "big_hier_logistic_centred": "big_hier_logistic",
+    "hier_poisson_noncentred": "hier_poisson",
+    "hier_poisson_centred": "hier_poisson",
+    "crossed_ratings_noncentred": "crossed_ratings",
+    "crossed_ratings_centred": "crossed_ratings",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

@@ -269,6 +269,119 @@ def big_hier_logistic(centred: bool, n_rows: int = 100_000, seed: int = 6) -> pm
 
 
 # ---------------------------------------------------------------------------------------------
+# d2b. a count hierarchy: Poisson, 60 groups of 5 to ~20,000 rows
+
+
+def make_hier_poisson_data(
+    n_rows: int = 150_000, n_groups: int = 60, seed: int = 7
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (shuffled), two
+    standard-normal covariates; ``y ~ Poisson(exp(a[g] + X (0.3, -0.2)))`` with
+    ``a ~ Normal(0.5, 0.6)``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    X : ndarray, shape (n_rows, 2)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    ratio = scipy.optimize.brentq(
+        lambda r: (5.0 * r ** np.arange(n_groups)).sum() - n_rows, 1.0 + 1e-9, 10.0
+    )
+    sizes = np.round(5.0 * ratio ** np.arange(n_groups)).astype(int)
+    sizes[-1] += n_rows - sizes.sum()
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    a = 0.5 + 0.6 * rng.standard_normal(n_groups)
+    X = rng.standard_normal((n_rows, 2))
+    y = rng.poisson(np.exp(a[group] + X @ np.array([0.3, -0.2])))
+    return group, X, y
+
+
+def hier_poisson_model(
+    group: np.ndarray, X: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """Varying-intercept Poisson regression: ``mu_a ~ Normal(0, 2)``,
+    ``tau ~ HalfNormal(1)``, ``slope ~ Normal(0, 2)`` (2); ``a ~ Normal(mu_a, tau)``
+    (centred) or ``a = mu_a + tau * z`` (non-centred); ``y ~ Poisson(exp(a[g] + X slope))``."""
+    n_groups = int(group.max()) + 1
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        if centred:
+            a = pm.Normal("a", mu_a, tau, shape=n_groups)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=n_groups)
+            a = pm.Deterministic("a", mu_a + tau * z)
+        pm.Poisson("y", mu=pm.math.exp(a[group] + pm.math.dot(X, slope)), observed=y)
+    return model
+
+
+def hier_poisson(centred: bool, seed: int = 7) -> pm.Model:
+    """The Poisson hierarchy (see ``hier_poisson_model``)."""
+    group, X, y = make_hier_poisson_data(seed=seed)
+    return hier_poisson_model(group, X, y, centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
+# d3. crossed random effects: thousands of raters x thousands of items, 20 ratings each
+
+
+def make_crossed_ratings_data(
+    n_raters: int = 2000, n_items: int = 2000, per_rater: int = 20, seed: int = 9
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each rater rates ``per_rater`` items, each item is rated as often (every item
+    ``n_raters * per_rater / n_items`` times); ``y = 3 + 0.5 zr[rater] + 0.8 zi[item] + e``
+    with standard-normal ``zr``, ``zi`` and ``e``.
+
+    Returns
+    -------
+    rater, item : ndarray of int, shape (n_rows,)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    n_rows = n_raters * per_rater
+    rater = np.repeat(np.arange(n_raters), per_rater)
+    item = rng.permutation(np.resize(np.arange(n_items), n_rows))
+    effects_r = 0.5 * rng.standard_normal(n_raters)
+    effects_i = 0.8 * rng.standard_normal(n_items)
+    y = 3.0 + effects_r[rater] + effects_i[item] + rng.standard_normal(n_rows)
+    return rater, item, y
+
+
+def crossed_ratings_model(
+    rater: np.ndarray, item: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """``y ~ Normal(mu + r[rater] + i[item], sigma)`` with rater and item effects
+    ``r ~ Normal(0, s_r)``, ``i ~ Normal(0, s_i)`` (centred) or ``r = s_r zr``,
+    ``i = s_i zi`` with standard-normal ``zr``, ``zi`` (non-centred); ``mu ~ Normal(0, 5)``,
+    ``s_r, s_i ~ HalfNormal(1)``, ``sigma ~ HalfNormal(2)``. d = 4,004 at the defaults: no
+    dense Hessian, a diagonal preconditioner, and two effects of 2,000 groups each."""
+    n_raters, n_items = int(rater.max()) + 1, int(item.max()) + 1
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        s_r = pm.HalfNormal("s_r", 1.0)
+        s_i = pm.HalfNormal("s_i", 1.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        if centred:
+            r = pm.Normal("r", 0.0, s_r, shape=n_raters)
+            i = pm.Normal("i", 0.0, s_i, shape=n_items)
+            pm.Normal("y", mu + r[rater] + i[item], sigma, observed=y)
+        else:
+            zr = pm.Normal("zr", 0.0, 1.0, shape=n_raters)
+            zi = pm.Normal("zi", 0.0, 1.0, shape=n_items)
+            pm.Normal("y", mu + s_r * zr[rater] + s_i * zi[item], sigma, observed=y)
+    return model
+
+
+def crossed_ratings(centred: bool, seed: int = 9) -> pm.Model:
+    """The crossed ratings model (see ``crossed_ratings_model``)."""
+    rater, item, y = make_crossed_ratings_data(seed=seed)
+    return crossed_ratings_model(rater, item, y, centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
 # e. rare events with a separated binary feature
 
 #: rows of the binary feature in ``make_rare_event_logistic_data`` (none has an event)

@@ -1,23 +1,23 @@
-"""Reference posterior of ``big_hier_logistic`` (100,000 rows, 40 groups of 8 to 17,958 rows).
+"""Reference posteriors of the hierarchies of ``tests/hard_models.py`` at big-data scale.
 
-Full-data NUTS (PyMC's, no subsampling, nothing of pymc_bigdata), 4 chains, on the model
-written partially centred by hand: ``w_j ~ Normal(c_j mu_a, tau^c_j)``,
-``a_j = mu_a + tau^(1 - c_j) (w_j - c_j mu_a)`` with fixed ``c_j = h_j / (1 + h_j)``,
-``h_j = 0.13 n_j`` (``n_j`` rows, ``p (1 - p) ~ 0.2`` at the mean intercept, ``tau^2 ~ 0.64``).
-Any fixed ``c`` gives the same posterior of ``(mu_a, tau, slope, a)`` (a bijection with its
-Jacobian in ``w``'s prior); this one spares NUTS both the funnel of the 8-row groups and the
-ridge of the 18,000-row ones (in the non-centred form its trees ran to hundreds of steps).
-Both parameterisations' variables come from the same draws (``a``, and
-``z = (a - mu_a) / tau``). Stored as
-``tests/references/big_hier_logistic.npz`` with the keys of the other references
-(``<var>__mean``, ``__sd``, ``__mean_se``, ``__sd_se``) for ``mu_a``, ``tau_log__``,
-``slope``, ``z`` and ``a``, and the run's metadata. Run from the repository root::
+Full-data NUTS (PyMC's, no subsampling, nothing of pymc_bigdata), 4 chains, on each model
+written partially centred by hand: an effect ``a_j = loc + scale^(1 - c_j) (w_j - c_j loc)``
+with ``w_j ~ Normal(c_j loc, scale^c_j)`` and a fixed ``c_j = h_j / (1 + h_j)`` from a rough
+information ``h_j`` (rows of the group times the likelihood's curvature and the true scale's
+square, below). Any fixed ``c`` gives the same posterior of the model's variables (a
+bijection with its Jacobian in ``w``'s prior); these spare NUTS both the funnel of the small
+groups and the ridge of the large ones (in the non-centred form its trees ran to hundreds of
+steps). Both parameterisations' variables come from the same draws (``a``, and
+``z = (a - loc) / scale``). Stored as ``tests/references/<name>.npz`` with the keys of the
+other references (``<var>__mean``, ``__sd``, ``__mean_se``, ``__sd_se``) and the run's
+metadata. Run from the repository root, one model at a time::
 
-    OMP_NUM_THREADS=1 .venv/bin/python tests/references/make_big_hier_reference.py
+    OMP_NUM_THREADS=1 .venv/bin/python tests/references/make_hier_references.py big_hier_logistic
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -27,9 +27,14 @@ import numpy as np
 import pymc as pm
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from hard_models import REFERENCE_DIR, make_big_hier_logistic_data  # noqa: E402
+from hard_models import (  # noqa: E402
+    REFERENCE_DIR,
+    make_big_hier_logistic_data,
+    make_crossed_ratings_data,
+    make_hier_poisson_data,
+)
 
-DRAWS, TUNE, CHAINS, SEED, TARGET_ACCEPT = 2500, 1000, 4, 108, 0.9
+DRAWS, TUNE, CHAINS, TARGET_ACCEPT = 2500, 1000, 4, 0.9
 
 
 def summaries(name: str, draws: np.ndarray) -> dict[str, np.ndarray]:
@@ -46,25 +51,65 @@ def summaries(name: str, draws: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def partially_centred_model() -> pm.Model:
-    """``big_hier_logistic`` written with fixed centredness ``c_j`` (module docstring)."""
-    group, X, y = make_big_hier_logistic_data()
-    sizes = np.bincount(group)
-    h = 0.13 * sizes
+def partially_centred(name: str, loc, scale, h: np.ndarray) -> pm.Deterministic:
+    """The effect ``name`` (and its ``z_name``) written with ``c = h / (1 + h)``."""
     c = h / (1.0 + h)
+    w = pm.Normal(f"w_{name}", c * loc, scale**c, shape=len(h))
+    effect = pm.Deterministic(name, loc + scale ** (1.0 - c) * (w - c * loc))
+    pm.Deterministic(f"z_{name}", (effect - loc) / scale)
+    return effect
+
+
+def big_hier_logistic() -> tuple[pm.Model, dict[str, str]]:
+    """``big_hier_logistic``; ``h_j = 0.13 n_j`` (``p (1 - p) ~ 0.2``, ``tau^2 ~ 0.64``)."""
+    group, X, y = make_big_hier_logistic_data()
     with pm.Model() as model:
         mu_a = pm.Normal("mu_a", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
         slope = pm.Normal("slope", 0.0, 2.0, shape=3)
-        w = pm.Normal("w", c * mu_a, tau**c, shape=len(sizes))
-        a = pm.Deterministic("a", mu_a + tau ** (1.0 - c) * (w - c * mu_a))
-        pm.Deterministic("z", (a - mu_a) / tau)
+        a = partially_centred("a", mu_a, tau, 0.13 * np.bincount(group))
         pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
-    return model
+    return model, {"mu_a": "mu_a", "tau": "tau", "slope": "slope", "a": "a", "z_a": "z"}
 
 
-def main() -> None:
-    model = partially_centred_model()
+def hier_poisson() -> tuple[pm.Model, dict[str, str]]:
+    """``hier_poisson``; ``h_j = 0.8 n_j`` (``exp(eta) ~ 2.2``, ``tau^2 ~ 0.36``)."""
+    group, X, y = make_hier_poisson_data()
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        a = partially_centred("a", mu_a, tau, 0.8 * np.bincount(group))
+        pm.Poisson("y", mu=pm.math.exp(a[group] + pm.math.dot(X, slope)), observed=y)
+    return model, {"mu_a": "mu_a", "tau": "tau", "slope": "slope", "a": "a", "z_a": "z"}
+
+
+def crossed_ratings() -> tuple[pm.Model, dict[str, str]]:
+    """``crossed_ratings``; ``h = 20 s^2`` (20 ratings, sigma ~ 1, s_r ~ 0.5, s_i ~ 0.8)."""
+    rater, item, y = make_crossed_ratings_data()
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        s_r = pm.HalfNormal("s_r", 1.0)
+        s_i = pm.HalfNormal("s_i", 1.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        r = partially_centred("r", 0.0, s_r, np.full(rater.max() + 1, 20 * 0.25))
+        i = partially_centred("i", 0.0, s_i, np.full(item.max() + 1, 20 * 0.64))
+        pm.Normal("y", mu + r[rater] + i[item], sigma, observed=y)
+    names = {"mu": "mu", "s_r": "s_r", "s_i": "s_i", "sigma": "sigma"}
+    return model, names | {"r": "r", "z_r": "zr", "i": "i", "z_i": "zi"}
+
+
+#: name: (builder returning the model and {variable in it: name in the reference}, seed)
+MODELS = {
+    "big_hier_logistic": (big_hier_logistic, 108),
+    "hier_poisson": (hier_poisson, 109),
+    "crossed_ratings": (crossed_ratings, 110),
+}
+
+
+def main(name: str) -> None:
+    build, seed = MODELS[name]
+    model, names = build()
     start = time.time()
     with model:
         idata = pm.sample(
@@ -73,33 +118,31 @@ def main() -> None:
             chains=CHAINS,
             cores=1,
             target_accept=TARGET_ACCEPT,
-            random_seed=SEED,
+            random_seed=seed,
             progressbar=False,
         )
     wall = time.time() - start
     post = idata.posterior
-    mu, tau, z, a = (post[v].values for v in ("mu_a", "tau", "z", "a"))
-    out = {}
-    out |= summaries("mu_a", mu)
-    out |= summaries("tau_log__", np.log(tau))
-    out |= summaries("slope", post["slope"].values)
-    out |= summaries("z", z)
-    out |= summaries("a", a)
-    ess = az.ess(idata, method="bulk")
-    min_ess = min(float(ess[v].values.min()) for v in ("mu_a", "tau", "slope", "z", "a"))
+    out, min_ess = {}, math.inf
+    for var, key in names.items():
+        draws = post[var].values
+        is_scale = var in ("tau", "s_r", "s_i", "sigma")
+        out |= summaries(f"{key}_log__" if is_scale else key, np.log(draws) if is_scale else draws)
+        ess = az.ess(az.from_dict({"posterior": {"x": draws}}), method="bulk")["x"].values
+        min_ess = min(min_ess, float(np.min(ess)))
     divergences = int(idata.sample_stats["diverging"].values.sum())
     out |= {
         "method": np.array("nuts"),
         "n_draws": np.array(DRAWS * CHAINS),
-        "seed": np.array(SEED),
+        "seed": np.array(seed),
         "target_accept": np.array(TARGET_ACCEPT),
         "wall_time_s": np.array(wall),
         "min_bulk_ess": np.array(min_ess),
         "divergences": np.array(divergences),
     }
-    np.savez_compressed(REFERENCE_DIR / "big_hier_logistic.npz", **out)
-    print(f"{wall:.0f} s, min bulk ESS {min_ess:.0f}, {divergences} divergences")
+    np.savez_compressed(REFERENCE_DIR / f"{name}.npz", **out)
+    print(f"{name}: {wall:.0f} s, min bulk ESS {min_ess:.0f}, {divergences} divergences")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])
