@@ -55,7 +55,7 @@ MODELS = {
     "many_groups_linear": (None, None),
     # the SBPS paper's Sec. 7.1 setting: N = 1000, d = 20, n = 100
     "sbps_paper_logistic": (hm.sbps_paper_logistic, 100),
-    # 100,000 rows, 40 groups of 8 to 17,958 rows, 3 covariates (one reference for both)
+    # 100,000 rows, 40 groups of 8 to 17,957 rows, 3 covariates (one reference for both)
     "big_hier_logistic_noncentred": (lambda: hm.big_hier_logistic(centred=False), None),
     "big_hier_logistic_centred": (lambda: hm.big_hier_logistic(centred=True), None),
     # 150,000 counts, 60 groups of 5 to 19,634 rows

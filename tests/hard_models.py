@@ -215,11 +215,22 @@ def hier_logistic(centred: bool, n_groups: int = 40, seed: int = 4) -> pm.Model:
 # d2. the same hierarchy at big-data scale: groups of 8 to ~18,000 rows
 
 
+def geometric_sizes(n_rows: int, n_groups: int, smallest: int) -> np.ndarray:
+    """Group sizes ``smallest * r**k`` (k = 0 .. n_groups - 1), rounded, with the ratio ``r``
+    solved so that they sum to ``n_rows`` (the largest group takes the rounding)."""
+    ratio = scipy.optimize.brentq(
+        lambda r: (smallest * r ** np.arange(n_groups)).sum() - n_rows, 1.0 + 1e-9, 10.0
+    )
+    sizes = np.round(smallest * ratio ** np.arange(n_groups)).astype(int)
+    sizes[-1] += n_rows - sizes.sum()
+    return sizes
+
+
 def make_big_hier_logistic_data(
     n_rows: int = 100_000, n_groups: int = 40, seed: int = 6
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Geometric group sizes from 8 rows up, their ratio solved so that they sum to
-    ``n_rows`` (8 to 17,958 rows at the defaults), shuffled; three standard-normal
+    ``n_rows`` (8 to 17,957 rows at the defaults), shuffled; three standard-normal
     covariates. True ``mu_a = -1``, ``tau = 0.8``, ``slope = (0.5, -0.3, 0.2)``.
 
     Returns
@@ -229,11 +240,7 @@ def make_big_hier_logistic_data(
     y : ndarray of int, shape (n_rows,)
     """
     rng = np.random.default_rng(seed)
-    ratio = scipy.optimize.brentq(
-        lambda r: (8.0 * r ** np.arange(n_groups)).sum() - n_rows, 1.0 + 1e-9, 10.0
-    )
-    sizes = np.round(8.0 * ratio ** np.arange(n_groups)).astype(int)
-    sizes[-1] += n_rows - sizes.sum()
+    sizes = geometric_sizes(n_rows, n_groups, smallest=8)
     group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
     a = -1.0 + 0.8 * rng.standard_normal(n_groups)
     X = rng.standard_normal((n_rows, 3))
@@ -286,11 +293,7 @@ def make_hier_poisson_data(
     y : ndarray of int, shape (n_rows,)
     """
     rng = np.random.default_rng(seed)
-    ratio = scipy.optimize.brentq(
-        lambda r: (5.0 * r ** np.arange(n_groups)).sum() - n_rows, 1.0 + 1e-9, 10.0
-    )
-    sizes = np.round(5.0 * ratio ** np.arange(n_groups)).astype(int)
-    sizes[-1] += n_rows - sizes.sum()
+    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
     group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
     a = 0.5 + 0.6 * rng.standard_normal(n_groups)
     X = rng.standard_normal((n_rows, 2))
