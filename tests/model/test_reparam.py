@@ -7,6 +7,10 @@ What each test proves (and the one-line mutation of the package it was seen to f
   at several centrednesses set after the layer compiled (the shared input follows);
 * :func:`group_information` is ``kappa_j tau^2`` exactly on a Gaussian likelihood, for both
   parameterisations;
+* :func:`fit_groups` finds the scale of the bulk: on a Gaussian likelihood, from any point
+  (each parameterisation's MAP, a point off every mode), the mode of the exact marginal
+  posterior of ``log tau`` computed here from the groups' means; :func:`bulk_point` puts
+  each effect at its conditional mode given that scale;
 * :func:`choose_centredness` makes the conditional posterior sd of each ``w_j`` stationary in
   ``log tau`` (no funnel, no ridge in the scale) on a Gaussian model, where all-centred and
   all-non-centred coordinates do not;
@@ -19,25 +23,35 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
+from scipy.optimize import minimize
+from scipy.stats import norm
 
 from pymc_bigdata.model.loc_scale import find_loc_scale_effects
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.model.reparam import (
     LocScaleReparam,
     LocScaleReparams,
+    bulk_point,
     choose_centredness,
+    fit_groups,
     group_information,
+    scale_at,
 )
 
 SIGMA = 1.5
 SIZES = np.array([2, 5, 20, 80, 300])
 
 
-def _gaussian(centred: bool, seed: int = 0) -> pm.Model:
-    """``y ~ Normal(a[g], 1.5)`` with ``a ~ Normal(mu, tau)``, written either way."""
+def _gaussian_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The group of each row and ``y``."""
     rng = np.random.default_rng(seed)
     group = np.repeat(np.arange(len(SIZES)), SIZES)
-    y = rng.normal(0.3 + 0.8 * rng.standard_normal(len(SIZES))[group], SIGMA)
+    return group, rng.normal(0.3 + 0.8 * rng.standard_normal(len(SIZES))[group], SIGMA)
+
+
+def _gaussian(centred: bool, seed: int = 0) -> pm.Model:
+    """``y ~ Normal(a[g], 1.5)`` with ``a ~ Normal(mu, tau)``, written either way."""
+    group, y = _gaussian_data(seed)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
@@ -114,3 +128,41 @@ def test_centring_rule_removes_the_funnel(gaussian):
     # centred: a funnel at the group of 2 rows (-2 / (1 + h)); non-centred: a ridge at the
     # group of 300 rows (2 h / (1 + h))
     assert slope["centred"][0] < -0.5 and slope["noncentred"][-1] > 1.5
+
+
+def _exact_bulk_scale() -> float:
+    """The mode in ``log tau`` of ``p(log tau) prod_j Normal(ybar_j; mu, tau^2 + 1.5^2 / n_j)``
+    over ``(mu, log tau)``, ``tau ~ HalfNormal(1)``: the Gaussian model's exact marginal
+    posterior with ``mu`` at its best, from the groups' means alone."""
+    group, y = _gaussian_data()
+    means = np.bincount(group, weights=y) / SIZES
+
+    def neg(x: np.ndarray) -> float:
+        mu, log_tau = x
+        sd = np.sqrt(np.exp(2 * log_tau) + SIGMA**2 / SIZES)
+        return -(np.sum(norm.logpdf(means, mu, sd)) - np.exp(2 * log_tau) / 2 + log_tau)
+
+    return float(np.exp(minimize(neg, [0.0, 0.0], method="Nelder-Mead", tol=1e-12).x[1]))
+
+
+def test_fit_groups_finds_the_bulks_scale_from_any_point(gaussian):
+    """From either parameterisation's MAP and from a point off every mode, the scale is the
+    exact marginal mode (the Gaussian likelihood makes the fit exact), and
+    :func:`bulk_point` puts each effect where its gradient given ``(mu, tau)`` vanishes.
+
+    Mutations, each seen failing: ``estimate = a`` (no Newton step from ``theta``): the
+    point off the modes gives another scale; no ``+ effect.n_groups * log_scale`` in
+    ``_scale_prior``: the centred model's scale is off; ``scale_prior`` left out of the
+    objective: both are off; ``prior_precision = fit.scale**2`` in :func:`bulk_point`: the
+    gradient does not vanish."""
+    layer, effect, _, _ = gaussian
+    expected = _exact_bulk_scale()
+    for theta in (layer.map_estimate().theta, np.full(layer.dim, 0.2)):
+        fit = fit_groups(
+            effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
+        )
+        assert fit.scale == pytest.approx(expected, rel=1e-4)
+        bulk = bulk_point(effect, theta, fit)
+        assert scale_at(effect, bulk) == pytest.approx(fit.scale)
+        grad = layer.full_logp_grad(bulk)[1][effect.effect_slice]
+        np.testing.assert_allclose(grad, 0.0, atol=1e-8)

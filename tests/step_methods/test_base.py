@@ -274,8 +274,10 @@ def test_funnel_is_sampled_non_centred_by_default():
     """By default the data-poor groups are sampled non-centred (:mod:`.coordinates`), where
     the MAP is a usable mode: no ModeWarning, a Laplace start.
 
-    Mutation: ``reparameterize: bool | str = False`` in ``SubsamplingStep.__init__``: the
-    ModeWarning of the centred coordinates is back."""
+    Mutations: ``reparameterize: bool | str = False`` in ``SubsamplingStep.__init__``: the
+    ModeWarning of the centred coordinates is back; ``NON_CENTRED_BELOW = 0.0`` in
+    ``coordinates.py``: the groups get ``c = 0.13`` and the MAP search slides into the spike
+    at ``tau -> 0`` that those coordinates keep (a ModeWarning)."""
     with _funnel_model(), warnings.catch_warnings():
         warnings.simplefilter("error", pmb.ModeWarning)
         step = pmb.SGLD(batch_size=50)

@@ -20,25 +20,32 @@ import pytest
 
 import pymc_bigdata as pmb
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.model.reparam import choose_centredness, group_information
+from pymc_bigdata.model.reparam import choose_centredness, fit_groups, scale_at
 from pymc_bigdata.step_methods.coordinates import (
+    NON_CENTRED_BELOW,
     REPARAM_MIN_CHANGE,
     loc_scale_effects,
     sampling_layer,
 )
 
 
-def _noncentred(sizes: list[int], tau: float, seed: int = 0, tau_prior: float = 1.0) -> pm.Model:
+def _noncentred(
+    sizes: list[int], tau: float, seed: int = 0, tau_prior: float = 1.0, centred: bool = False
+) -> pm.Model:
     """``y ~ Normal(mu + tau * z[g], 1)``, groups of ``sizes`` rows, true sd ``tau``,
-    ``tau ~ HalfNormal(tau_prior)``."""
+    ``tau ~ HalfNormal(tau_prior)`` (or ``y ~ Normal(a[g], 1)``, ``a ~ Normal(mu, tau)``)."""
     rng = np.random.default_rng(seed)
     group = np.repeat(np.arange(len(sizes)), sizes)
     y = rng.normal(0.5 + tau * rng.standard_normal(len(sizes))[group], 1.0)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         scale = pm.HalfNormal("tau", tau_prior)
-        z = pm.Normal("z", 0.0, 1.0, shape=len(sizes))
-        pm.Normal("y", mu + scale * z[group], 1.0, observed=y)
+        if centred:
+            a = pm.Normal("a", mu, scale, shape=len(sizes))
+            pm.Normal("y", a[group], 1.0, observed=y)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=len(sizes))
+            pm.Normal("y", mu + scale * z[group], 1.0, observed=y)
     return model
 
 
@@ -53,12 +60,35 @@ def test_data_rich_groups_are_recentred_by_the_rule():
     sampled = sampling_layer(layer, True)
     [reparam] = sampled.reparam.reparams
     [effect] = loc_scale_effects(layer)
-    theta = layer.map_estimate().theta  # the model's MAP, where the rule is measured
-    expected = choose_centredness(group_information(effect, theta, layer.full_loglik_hvp))
+    theta = layer.map_estimate().theta  # the model's MAP, where the fit starts
+    fit = fit_groups(effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp)
+    expected = choose_centredness(fit.information)
+    expected[expected < NON_CENTRED_BELOW] = 0.0  # the group of 3 rows
     np.testing.assert_allclose(reparam.centredness, expected, rtol=1e-6)
     assert reparam.centredness[-1] > 0.99 and reparam.centredness.max() > REPARAM_MIN_CHANGE
     assert sampled.model_layer is layer
     assert sampling_layer(layer, False) is layer
+
+
+def test_coordinates_do_not_depend_on_how_the_model_is_written():
+    """200 groups of 10 rows, true sd 0.5: the joint MAP's scale is about 5x too large when
+    the model is written non-centred and collapses towards 0 when centred; the coordinates
+    come from the bulk's scale either way, so both writings get the same centredness
+    (``h = 10 tau^2 ~ 2.5``, ``c ~ 0.7``) and a MAP in them whose scale is the bulk's.
+
+    Mutation: ``chosen = [choose_centredness(group_information(e, theta, ...))]`` (the
+    centredness at the MAP's scale, as first built): ``c = 0.99`` non-centred."""
+    centredness, map_scales = [], []
+    for centred in (False, True):
+        layer = MinibatchModel(_noncentred([10] * 200, 0.5, seed=3, centred=centred))
+        sampled = sampling_layer(layer, True)
+        [reparam] = sampled.reparam.reparams
+        centredness.append(reparam.centredness)
+        theta = sampled.reparam.to_model(sampled.map_estimate().theta)
+        map_scales.append(scale_at(reparam.effect, theta))
+    assert 0.55 < centredness[0][0] < 0.85
+    np.testing.assert_allclose(centredness[0], centredness[1], atol=0.02)
+    assert 0.35 < min(map_scales) and max(map_scales) < 0.7, map_scales
 
 
 def test_model_coordinates_kept_where_the_rule_agrees():
