@@ -29,6 +29,7 @@ __all__ = [
     "MAP_DECREMENT_TOLERANCE",
     "MIN_RELATIVE_CURVATURE",
     "MapResult",
+    "POLISH_STEPS",
     "find_map",
     "posterior_precision",
     "symmetrised",
@@ -39,6 +40,11 @@ DENSE_PRECONDITIONER_DIM = 200
 
 #: a MAP whose Newton decrement exceeds this (log-density units) is not a mode
 MAP_DECREMENT_TOLERANCE = 1e-3
+
+#: Newton steps at most with the exact Hessian where the first Newton stage stopped short of
+#: a mode (close to one it converges in a few; where there is none, e.g. a funnel's neck,
+#: the bound keeps the cost to a few passes)
+POLISH_STEPS = 10
 
 #: smallest eigenvalue of the Laplace precision relative to its largest for a usable mode
 MIN_RELATIVE_CURVATURE = 1e-12
@@ -156,7 +162,9 @@ def find_map(
     2. Up to ``DENSE_HESSIAN_MAX_DIM`` parameters: Newton steps on the full data
        (chunked gradients) with the subsample's Hessian, halving a step that does not
        increase the log posterior, until the Newton decrement ``g^T H^{-1} g`` is below
-       1e-12; then the exact full-data Hessian at the mode (the Laplace precision).
+       1e-12; then the exact full-data Hessian at the mode (the Laplace precision). Where
+       the Newton decrement there is still above ``MAP_DECREMENT_TOLERANCE`` (the fixed
+       Hessian was a poor one), up to ``POLISH_STEPS`` Newton steps with that exact Hessian.
        Beyond: L-BFGS on the full data, and a Hutchinson estimate of the Hessian's
        diagonal (no d x d matrix anywhere).
     3. Diagnostics (:attr:`MapResult.problem`): the Newton decrement at the end and the
@@ -187,6 +195,28 @@ def find_map(
     )
     theta = _lbfgs(_scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
     theta, n_eval, hessian_point, loglik_hess = _refine(passes, theta, sub_rows, n_sub, maxiter)
+    result = _mode_result(passes, theta, n_eval, hessian_point, loglik_hess)
+    decrement = result.newton_decrement
+    if dim <= DENSE_HESSIAN_MAX_DIM and MAP_DECREMENT_TOLERANCE < decrement < math.inf:
+        # Newton with a subsample's (or the start's) Hessian stopped short of the mode (a
+        # group with few rows, rarely in the subsample, makes that Hessian a poor one):
+        # again with the exact Hessian where it stopped, already computed for the diagnostics
+        theta, more = _newton(passes, result.theta, result.hessian, max_iter=POLISH_STEPS)
+        result = _mode_result(passes, theta, result.n_evaluations + more, theta, None)
+    return result
+
+
+def _mode_result(
+    passes: FullDataPasses,
+    theta: np.ndarray,
+    n_eval: int,
+    hessian_point: np.ndarray,
+    loglik_hess: np.ndarray | None,
+) -> MapResult:
+    """The :class:`MapResult` at ``theta``: the full-data log posterior, its gradient, the
+    Laplace precision (from ``loglik_hess`` where given, else computed here) and the
+    diagnostics; ``n_eval`` passes made before."""
+    compiled, dim = passes.compiled, passes.compiled.graph.dim
     try:
         loglik, loglik_grad = passes.full_loglik_grad(theta)
         prior_lp, prior_grad = compiled.prior_logp_grad(theta)

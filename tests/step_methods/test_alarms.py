@@ -95,7 +95,11 @@ def _decision(accepted=True, finite=True, exact=False, clt_error=0.01):
 @pytest.mark.parametrize("epsilon", [0.0, 0.05])
 def test_austerity_alarm(epsilon):
     """A chain that hardly moves, a collapsed scale, a skewed test (epsilon > 0) and rows that
-    were not finite (epsilon > 0) each fire; a good chain and epsilon = 0's exact test don't."""
+    were not finite after tuning (epsilon > 0) each fire; a good chain, epsilon = 0's exact
+    test and non-finite rows met only in tuning don't.
+
+    Mutation: ``self._nonfinite += ...`` counted for tuning draws too (as first built): the
+    tuning-only case fires (it did on an in-band run of the Poisson hierarchy)."""
 
     def problems(decisions, scales=(1.0, 1.0), kept=True):
         alarm = AusterityAlarm(epsilon=epsilon, consequence="", scales=lambda: scales)
@@ -114,5 +118,7 @@ def test_austerity_alarm(epsilon):
     skewed = [_decision(clt_error=0.2) for _ in range(10)]
     nonfinite = [_decision(finite=False) for _ in range(10)]
     fired = [any("skewness" in p for p in problems(skewed))]
-    fired.append(any("not finite" in p for p in problems(nonfinite, kept=False)))
+    fired.append(any("not finite" in p for p in problems(nonfinite)))
     assert fired == [epsilon > 0, epsilon > 0]
+    # met only in tuning (an early proposal's overflow far out): not a problem of the draws
+    assert not any("not finite" in p for p in problems(nonfinite, kept=False))
