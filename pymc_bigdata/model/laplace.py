@@ -164,7 +164,9 @@ def find_map(
        increase the log posterior, until the Newton decrement ``g^T H^{-1} g`` is below
        1e-12; then the exact full-data Hessian at the mode (the Laplace precision). Where
        the Newton decrement there is still above ``MAP_DECREMENT_TOLERANCE`` (the fixed
-       Hessian was a poor one), up to ``POLISH_STEPS`` Newton steps with that exact Hessian.
+       Hessian was a poor one), up to ``POLISH_STEPS`` Newton steps with that exact Hessian;
+       beyond ``DENSE_HESSIAN_MAX_DIM``, where L-BFGS stopped short, L-BFGS again
+       (:func:`_polish`).
        Beyond: L-BFGS on the full data, and a Hutchinson estimate of the Hessian's
        diagonal (no d x d matrix anywhere).
     3. Diagnostics (:attr:`MapResult.problem`): the Newton decrement at the end and the
@@ -185,7 +187,7 @@ def find_map(
     MapResult
     """
     graph, compiled = passes.compiled.graph, passes.compiled
-    dim, n_rows = graph.dim, graph.n_rows
+    n_rows = graph.n_rows
     theta = graph.initial_theta if start is None else np.asarray(start, dtype=np.float64)
     n_sub = min(n_rows, passes.chunk_rows)
     sub_rows = (
@@ -196,14 +198,28 @@ def find_map(
     theta = _lbfgs(_scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
     theta, n_eval, hessian_point, loglik_hess = _refine(passes, theta, sub_rows, n_sub, maxiter)
     result = _mode_result(passes, theta, n_eval, hessian_point, loglik_hess)
-    decrement = result.newton_decrement
-    if dim <= DENSE_HESSIAN_MAX_DIM and MAP_DECREMENT_TOLERANCE < decrement < math.inf:
-        # Newton with a subsample's (or the start's) Hessian stopped short of the mode (a
-        # group with few rows, rarely in the subsample, makes that Hessian a poor one):
-        # again with the exact Hessian where it stopped, already computed for the diagnostics
-        theta, more = _newton(passes, result.theta, result.hessian, max_iter=POLISH_STEPS)
-        result = _mode_result(passes, theta, result.n_evaluations + more, theta, None)
+    if MAP_DECREMENT_TOLERANCE < result.newton_decrement < math.inf:
+        result = _polish(passes, result, maxiter)
     return result
+
+
+def _polish(passes: FullDataPasses, result: MapResult, maxiter: int) -> MapResult:
+    """A second full-data stage from where the first stopped short of a mode.
+
+    Up to ``DENSE_HESSIAN_MAX_DIM`` parameters, Newton with a subsample's (or the start's)
+    Hessian stopped short (a group with few rows, rarely in the subsample, makes that Hessian
+    a poor one): up to ``POLISH_STEPS`` Newton steps with the exact Hessian where it stopped,
+    already computed for the diagnostics. Beyond, L-BFGS stopped on its relative-reduction
+    rule (``ftol``) a few thousandths of a log-density unit short in d = 4,004: L-BFGS again
+    from there, on the gradient rule alone.
+    """
+    passes_before = result.n_evaluations
+    if passes.compiled.graph.dim <= DENSE_HESSIAN_MAX_DIM:
+        theta, more = _newton(passes, result.theta, result.hessian, max_iter=POLISH_STEPS)
+        return _mode_result(passes, theta, passes_before + more, theta, None)
+    negative = _full_negative_logp(passes)
+    theta = _lbfgs(negative, result.theta, maxiter, passes.compiled.graph.n_rows, ftol=0.0)
+    return _mode_result(passes, theta, passes_before + maxiter, theta, None)
 
 
 def _mode_result(
@@ -360,8 +376,10 @@ def _lbfgs(
     theta: np.ndarray,
     maxiter: int,
     n_rows: int,
+    ftol: float | None = None,
 ) -> np.ndarray:
-    """L-BFGS-B on ``negative_logp(theta) -> (value, grad)``; non-finite values are walls."""
+    """L-BFGS-B on ``negative_logp(theta) -> (value, grad)``; non-finite values are walls;
+    ``ftol``: scipy's relative-reduction rule (None: scipy's default)."""
 
     def guarded(x):
         try:
@@ -379,7 +397,8 @@ def _lbfgs(
             theta,
             jac=True,
             method="L-BFGS-B",
-            options={"maxiter": maxiter, "gtol": 1e-9 * n_rows},
+            options={"maxiter": maxiter, "gtol": 1e-9 * n_rows}
+            | ({} if ftol is None else {"ftol": ftol}),
         ).x
 
 

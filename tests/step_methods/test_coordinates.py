@@ -17,6 +17,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from hard_models import crossed_ratings_model, make_crossed_ratings_data
 
 import pymc_bigdata as pmb
 from pymc_bigdata.model.minibatch import MinibatchModel
@@ -89,6 +90,23 @@ def test_coordinates_do_not_depend_on_how_the_model_is_written():
     assert 0.55 < centredness[0][0] < 0.85
     np.testing.assert_allclose(centredness[0], centredness[1], atol=0.02)
     assert 0.35 < min(map_scales) and max(map_scales) < 0.7, map_scales
+
+
+def test_map_in_partially_centred_coordinates_of_a_crossed_model_is_a_mode():
+    """Crossed ratings, 1,000 raters x 1,000 items of 20 ratings (d = 2,004, beyond the
+    dense Hessian): in the rule's coordinates (``c`` ~ 0.85 and 0.93) L-BFGS stops on its
+    relative-reduction rule with a Newton decrement of 0.0065, short of the mode, and the
+    step would start at the model's initial point (SGHMC then crawled, 2,000 x 2,000).
+
+    Mutation: ``_polish`` returning its ``result`` unchanged: ``problem`` is set."""
+    rater, item, y = make_crossed_ratings_data(1000, 1000)
+    layer = MinibatchModel(crossed_ratings_model(rater, item, y, centred=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampled = sampling_layer(layer, True)
+    assert [r.centredness.min() > 0.8 for r in sampled.reparam.reparams] == [True, True]
+    fit = sampled.map_estimate()
+    assert fit.problem is None and fit.newton_decrement < 1e-6
 
 
 def test_model_coordinates_kept_where_the_rule_agrees():
