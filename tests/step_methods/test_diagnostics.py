@@ -32,3 +32,24 @@ def test_monitor_message_names_each_problem():
     for _ in range(400):
         quiet.add(1.0 + 0.1 * rng.standard_normal(), 0.01, np.nan)
     assert quiet.verdict("SGLD", noise_bound=0.05) is None
+
+
+def _monitor(dim: int, virial: float) -> ChainMonitor:
+    monitor = ChainMonitor(dim=dim)
+    rng = np.random.default_rng(4)
+    for _ in range(1000):
+        monitor.add(virial + 0.003 * rng.standard_normal(), 0.01, np.nan)
+    return monitor
+
+
+def test_a_small_heating_in_many_dimensions_raises_the_alarm():
+    """A virial of 1.08 in d = 4,004 (SGLD on crossed ratings, residual scale 1.08 sd off)
+    puts the draws' log density 3.6 posterior sds off: alarm, naming it. The same virial in
+    d = 45, and 1.04 in d = 1,003 (SGLD on 1,000 groups, in its bars; 0.9 sds), raise none.
+
+    Mutation: ``virial_tolerance`` returning ``ALARM_TOLERANCE`` (no dimension): d = 4,004
+    raises nothing."""
+    message = _monitor(4004, 1.08).verdict("SGLD", noise_bound=0.05)
+    assert message is not None and "4004 dimensions" in message and "3.6" in message
+    assert _monitor(45, 1.08).verdict("SGLD", noise_bound=0.05) is None
+    assert _monitor(1003, 1.04).verdict("SGLD", noise_bound=0.05) is None
