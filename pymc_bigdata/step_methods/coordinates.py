@@ -45,6 +45,11 @@ __all__ = [
 #: for a second layer (its compile and its MAP search)
 REPARAM_MIN_CHANGE = 0.25
 
+#: ... and unless the scale at the model's MAP is off the bulk's (the mode of its marginal
+#: posterior, :func:`~pymc_bigdata.model.reparam.fit_groups`) by more than this factor: a
+#: centred model's MAP search can end where the scale and the effects collapse together
+BULK_SCALE_RATIO = 2.0
+
 #: a group whose rule gives ``c_j`` below this is sampled non-centred (``c_j = 0``): in any
 #: coordinates with ``c_j > 0`` the log density grows as ``-sum_j c_j log(scale)`` where the
 #: scale and the data-poor groups' effects go to 0 together, and when every group is
@@ -53,11 +58,6 @@ REPARAM_MIN_CHANGE = 0.25
 #: at the bulk's scale, so across scales up to twice the bulk's the non-centred ``z_j``'s
 #: conditional sd changes by less than a factor 1.6.
 NON_CENTRED_BELOW = 0.25
-
-#: ... and unless the scale at the model's MAP is off the bulk's (the mode of its marginal
-#: posterior, :func:`~pymc_bigdata.model.reparam.fit_groups`) by more than this factor: a
-#: centred model's MAP search can end where the scale and the effects collapse together
-BULK_SCALE_RATIO = 2.0
 
 
 def check_reparameterize(value: bool | str) -> bool:
