@@ -10,6 +10,7 @@ from pymc_bigdata.adaptation import (
     RunningMoments,
     blend_covariance,
     largest_step_within_noise_bound,
+    mean_share_bound,
     rescale_laplace,
     window_ends,
 )
@@ -56,6 +57,25 @@ def test_step_rule_solves_the_noise_bound():
     step = largest_step_within_noise_bound(sgld_share, np.array([0.1, 4.0]), 0.2, bound=0.05)
     assert step == pytest.approx(0.05, rel=2e-3)
     assert sgld_share(step, 4.0) <= 0.05
+
+
+def test_step_rule_bounds_the_mean_share_in_many_dimensions():
+    """4,000 coordinates of equal noise V = 1: the worst-coordinate bound alone allows SGLD's
+    eps = 0.2 (share 0.05); the log-density shift bound 0.5 allows a mean share of
+    0.5 / sqrt(2000) = 0.0112, i.e. eps = 4 x 0.0112. One noisy coordinate among them does not
+    move the mean: the worst-coordinate bound rules again."""
+    flat = np.ones(4000)
+    assert mean_share_bound(4000) == pytest.approx(0.5 / np.sqrt(2000.0))
+    assert largest_step_within_noise_bound(sgld_share, flat, 0.2, bound=0.05) == 0.2
+    step = largest_step_within_noise_bound(
+        sgld_share, flat, 0.2, bound=0.05, mean_bound=mean_share_bound(4000)
+    )
+    assert step == pytest.approx(4 * 0.5 / np.sqrt(2000.0), rel=2e-3)
+    one_noisy = np.concatenate([[4.0], np.full(3999, 1e-3)])
+    step = largest_step_within_noise_bound(
+        sgld_share, one_noisy, 0.2, bound=0.05, mean_bound=mean_share_bound(4000)
+    )
+    assert step == pytest.approx(0.05, rel=2e-3)
 
 
 def test_step_rule_keeps_the_default_when_noise_is_small():

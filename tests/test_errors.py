@@ -328,6 +328,8 @@ def test_batch_size_not_an_integer(small, step):
         ),
         ("SGHMC", {"preconditioner": "x"}, r"preconditioner must be 'auto', 'dense', 'diag' or "),
         ("SGLD", {"preconditioner": "x"}, r"preconditioner must be .*'identity', got 'x'"),
+        ("SGHMC", {"noise_shift_bound": 0}, r"noise_shift_bound must be a positive finite"),
+        ("SGLD", {"noise_shift_bound": "1"}, r"noise_shift_bound must be a positive .*got '1'"),
     ],
 )
 def test_invalid_setting_checked_before_the_map_search(small, step, kwargs, match):

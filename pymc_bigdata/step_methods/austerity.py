@@ -177,7 +177,7 @@ class AusterityMH(SubsamplingStep):
             isinstance(target_accept, int | float) and 0 < target_accept < 1
         ):
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
-        for key in ("replace", "reshuffle", "noise_bound"):
+        for key in ("replace", "reshuffle", "noise_bound", "noise_shift_bound"):
             if key in kwargs:
                 raise TypeError(
                     f"AusterityMH has no {key!r}: its test reads rows without replacement, "

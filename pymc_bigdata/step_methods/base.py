@@ -29,7 +29,7 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
-from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
+from pymc_bigdata.adaptation import NOISE_SHARE_BOUND, NOISE_SHIFT_BOUND
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_report import COMMON_STATS, common_stats
@@ -87,7 +87,12 @@ class SubsamplingStep(ArrayStepShared):
     adapt
         Adapt the preconditioner, the anchor and the step size in tuning (default True).
     noise_bound
-        Largest share of the stationary variance the gradient noise may feed (0.05).
+        Largest share of the stationary variance the gradient noise may feed (0.05), in
+        the noisiest coordinate.
+    noise_shift_bound
+        Largest shift of the draws' log density, in its posterior sds, that the gradient
+        noise may cause over all coordinates together (0.5; binds above 200 parameters, see
+        :mod:`pymc_bigdata.adaptation`); None: the per-coordinate ``noise_bound`` alone.
     census
         Include the rows whose gradients move far more than the others' in every minibatch
         with weight 1 (:func:`~.start.census_rows`; stratified, unbiased).
@@ -141,6 +146,7 @@ class SubsamplingStep(ArrayStepShared):
         control_variates: bool | str = True,
         adapt: bool = True,
         noise_bound: float = NOISE_SHARE_BOUND,
+        noise_shift_bound: float | None = NOISE_SHIFT_BOUND,
         census: bool = True,
         replace: bool = False,
         reshuffle: bool | None = None,
@@ -162,9 +168,11 @@ class SubsamplingStep(ArrayStepShared):
             preconditioner=preconditioner,
             control_variates=control_variates,
             noise_bound=noise_bound,
+            noise_shift_bound=noise_shift_bound,
         )
         self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
         self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
+        self.noise_shift_bound = settings.noise_shift_bound
         self.adapt, self.replace = bool(adapt), bool(replace)
         self.reshuffle = self._check_reshuffle(reshuffle)
         self._fixed_step = settings.step_size is not None
@@ -393,6 +401,7 @@ class SubsamplingStep(ArrayStepShared):
         return NoiseLimitedStepSize(
             noise_share=self.noise_share,
             noise_bound=self.noise_bound,
+            noise_shift_bound=self.noise_shift_bound,
             fixed_step=self._fixed_step,
             fixed_batch=self._fixed_batch,
             default_batch=self.minibatches.default_size,

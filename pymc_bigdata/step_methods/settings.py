@@ -19,6 +19,7 @@ __all__ = [
     "check_control_variates",
     "check_inner_steps",
     "check_noise_bound",
+    "check_noise_shift_bound",
     "check_positive",
     "check_preconditioner",
     "check_step_size",
@@ -58,6 +59,14 @@ def check_noise_bound(noise_bound: Any) -> float:
     if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
         raise ValueError(f"noise_bound must be a number in (0, 1), got {noise_bound!r}.")
     return float(noise_bound)
+
+
+def check_noise_shift_bound(noise_shift_bound: Any) -> float | None:
+    """The bound on the noise's total log-density shift: None or a positive number."""
+    if noise_shift_bound is None:
+        return None
+    check_positive("noise_shift_bound", noise_shift_bound)
+    return float(noise_shift_bound)
 
 
 def check_preconditioner(kind: str, dim: int) -> str:
@@ -128,6 +137,7 @@ class SharedSettings(NamedTuple):
     preconditioner_kind: str
     cv_mode: str
     noise_bound: float
+    noise_shift_bound: float | None
 
 
 def check_shared_settings(
@@ -140,6 +150,7 @@ def check_shared_settings(
     preconditioner: str,
     control_variates: bool | str,
     noise_bound: Any,
+    noise_shift_bound: Any = None,
 ) -> SharedSettings:
     """Check the shared settings against the layer (``N``, ``d``) before the MAP search."""
     fixed_batch = batch_size is not None
@@ -153,4 +164,5 @@ def check_shared_settings(
         preconditioner_kind=check_preconditioner(preconditioner, layer.dim),
         cv_mode=check_control_variates(control_variates),
         noise_bound=check_noise_bound(noise_bound),
+        noise_shift_bound=check_noise_shift_bound(noise_shift_bound),
     )

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_bigdata.adaptation import largest_step_within_noise_bound
+from pymc_bigdata.adaptation import largest_step_within_noise_bound, mean_share_bound
 from pymc_bigdata.dual_averaging import dual_averaging_init, dual_averaging_update
 
 __all__ = [
@@ -112,6 +112,10 @@ class NoiseLimitedStepSize:
         ``step_size`` (the sampler's noise model; increasing in both).
     noise_bound
         Largest share of the stationary variance the gradient noise may feed.
+    noise_shift_bound
+        Largest shift of the draws' log density (in its posterior sds) the gradient noise
+        may cause over all coordinates: the mean share is kept within
+        :func:`~pymc_bigdata.adaptation.mean_share_bound`; None: no such bound.
     fixed_step, fixed_batch
         A given step size or batch size is kept (the order is still chosen).
     default_batch, pool_size, replace
@@ -124,6 +128,7 @@ class NoiseLimitedStepSize:
         *,
         noise_share: Callable[[float, np.ndarray], np.ndarray],
         noise_bound: float,
+        noise_shift_bound: float | None = None,
         fixed_step: bool,
         fixed_batch: bool,
         default_batch: int,
@@ -131,6 +136,7 @@ class NoiseLimitedStepSize:
         replace: bool,
     ):
         self.noise_share, self.noise_bound = noise_share, noise_bound
+        self.noise_shift_bound = noise_shift_bound
         self.fixed_step, self.fixed_batch = fixed_step, fixed_batch
         self.default_batch, self.pool_size, self.replace = default_batch, pool_size, replace
 
@@ -145,6 +151,21 @@ class NoiseLimitedStepSize:
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: nothing to restart (the noise decides)."""
 
+    def mean_bound(self, dim: int) -> float | None:
+        """The bound on the mean share over ``dim`` coordinates (None: none)."""
+        if self.noise_shift_bound is None:
+            return None
+        return mean_share_bound(dim, self.noise_shift_bound)
+
+    def _largest_step(self, noise_var: np.ndarray, default_step: float) -> float:
+        return largest_step_within_noise_bound(
+            self.noise_share,
+            noise_var,
+            default_step,
+            self.noise_bound,
+            mean_bound=self.mean_bound(noise_var.size),
+        )
+
     def choose(self, context: StepContext, final: bool) -> StepChoice:
         """Order, batch size and step size from the measured noise (``final`` changes
         nothing: the last choice stands)."""
@@ -157,9 +178,7 @@ class NoiseLimitedStepSize:
             batch = self._batch(context, order)
             noise_var = context.noise_variance(order, batch)
         step = (
-            largest_step_within_noise_bound(
-                self.noise_share, noise_var, context.default_step, self.noise_bound
-            )
+            self._largest_step(noise_var, context.default_step)
             if noise_var.size
             else context.default_step
         )
@@ -171,25 +190,30 @@ class NoiseLimitedStepSize:
         if not first.size or not second.size:
             return context.cv_order
         default = context.default_step
-        limited = largest_step_within_noise_bound(
-            self.noise_share, first, default, self.noise_bound
-        )
+        limited = self._largest_step(first, default)
         better = np.max(second) < SECOND_ORDER_GAIN * np.max(first)
         return 2 if (limited < default and better) else 1
 
     def _batch(self, context: StepContext, order: int) -> int:
-        """The batch size at which the worst noise share at the default step is the bound
-        (see ``MAX_BATCH_GROWTH``); the current one when the change would be small."""
-        per_unit = float(np.max(context.unit_noise_variance(order)))
+        """The batch size at which the noise share at the default step is at the bound
+        (the worst coordinate's, and the mean's where :meth:`mean_bound` binds; see
+        ``MAX_BATCH_GROWTH``); the current one when the change would be small."""
+        unit_var = context.unit_noise_variance(order)
+        per_unit = float(np.max(unit_var))
         share_per_unit = float(self.noise_share(context.default_step, np.array([per_unit]))[0])
         n = context.batch_size
         if not math.isfinite(share_per_unit):
             return n
+        factor = self.noise_bound / share_per_unit if share_per_unit > 0 else math.inf
+        mean_bound = self.mean_bound(unit_var.size)
+        if mean_bound is not None:
+            mean_per_unit = float(np.mean(self.noise_share(context.default_step, unit_var)))
+            if mean_per_unit > 0:
+                factor = min(factor, mean_bound / mean_per_unit)
         pool = self.pool_size
-        if share_per_unit <= 0:
+        if math.isinf(factor):
             wanted = 1.0
-        else:  # the largest factor 1/n (- 1/N) that keeps the share within the bound
-            factor = self.noise_bound / share_per_unit
+        else:  # the largest factor 1/n (- 1/N) that keeps the shares within their bounds
             wanted = 1.0 / factor if self.replace else 1.0 / (factor + 1.0 / pool)
         largest = min(pool, MAX_BATCH_GROWTH * self.default_batch)
         new = int(min(max(math.ceil(wanted), self.default_batch), largest))
