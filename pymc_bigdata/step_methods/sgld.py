@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pymc_bigdata.adaptation import mean_share_bound
 from pymc_bigdata.kernels.sgld import sgld_steps
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
@@ -21,8 +22,12 @@ class SGLD(SubsamplingStep):
     ``L L^T`` is the Laplace covariance at the MAP (the preconditioner; ``"diag"`` gives
     pSGLD-style diagonal preconditioning).  ``g`` is the control-variate minibatch gradient.
 
-    Defaults: ``eps = 0.2 / lambda_max``, lowered in tuning until the gradient noise feeds
-    at most ``noise_bound`` of the stationary variance (share ``eps V / 4``), and
+    Defaults: ``eps = 0.2 / lambda_max``, at most ``4 x 0.5 / sqrt(d / 2)`` (above d = 200:
+    Euler's inflation ``eps / 4`` of every coordinate's variance shifts the draws' log density
+    by at most ``noise_shift_bound`` = 0.5 of its posterior sds, see
+    :mod:`pymc_bigdata.adaptation`), lowered in tuning until the gradient noise feeds at most
+    ``noise_bound`` of the stationary variance (share ``eps V / 4``) in the noisiest
+    coordinate and the mean share is within the same shift bound, and
     ``inner_steps = ceil(2 / (eps lambda_min))``,
     with ``lambda`` the eigenvalues of the curvature in ``z`` (both 1 with the default dense
     preconditioner).  Bias: O(eps); for a Gaussian posterior the stationary variance is
@@ -42,7 +47,12 @@ class SGLD(SubsamplingStep):
 
     def default_step(self) -> float:
         # never beyond 2x the unit-curvature step (Euler is unstable at eps >= 4 / lambda)
-        return min(super().default_step(), 2.0 * self.default_step_size)
+        step = min(super().default_step(), 2.0 * self.default_step_size)
+        if self.noise_shift_bound is None:
+            return step
+        # Euler's own inflation eps / 4 per coordinate adds up over d coordinates as the
+        # noise's does: held to the same mean-share bound (binds above d = 200)
+        return min(step, 4.0 * mean_share_bound(self.layer.dim, self.noise_shift_bound))
 
     def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""
