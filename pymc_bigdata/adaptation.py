@@ -157,9 +157,12 @@ def largest_step_within_noise_bound(
     bound: float = NOISE_SHARE_BOUND,
     smallest: float = 1e-4,
     mean_bound: float | None = None,
+    own_share: Callable[[float], float] | None = None,
 ) -> float:
     """Largest ``eps <= default_step`` with ``max(noise_share(eps, noise_var)) <= bound``
-    and, given ``mean_bound``, ``mean(noise_share(eps, noise_var)) <= mean_bound``.
+    and, given ``mean_bound``, ``mean(noise_share(eps, noise_var)) + own_share(eps) <=
+    mean_bound`` (``own_share``: the kernel's own inflation of every coordinate's variance at
+    ``eps``, e.g. SGLD's ``eps / 4``; none by default).
 
     ``noise_share`` must increase with ``eps`` (all our kernels' do); found by bisection on
     a log scale (30 halvings: relative precision 1e-3). Returns ``smallest * default_step``
@@ -172,7 +175,10 @@ def largest_step_within_noise_bound(
     def within(step: float) -> bool:
         if noise_share(step, worst_var)[0] > bound:
             return False
-        return mean_bound is None or float(np.mean(noise_share(step, noise_var))) <= mean_bound
+        if mean_bound is None:
+            return True
+        own = 0.0 if own_share is None else own_share(step)
+        return float(np.mean(noise_share(step, noise_var))) + own <= mean_bound
 
     if within(default_step):
         return default_step

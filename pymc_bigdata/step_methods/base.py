@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
@@ -91,8 +92,10 @@ class SubsamplingStep(ArrayStepShared):
         the noisiest coordinate.
     noise_shift_bound
         Largest shift of the draws' log density, in its posterior sds, that the gradient
-        noise may cause over all coordinates together (0.5; binds above 200 parameters, see
-        :mod:`pymc_bigdata.adaptation`); None: the per-coordinate ``noise_bound`` alone.
+        noise (and the kernel's own variance inflation, SGLD's) may cause over all
+        coordinates together; ``"auto"``: the sampler's ``default_noise_shift_bound`` (0.5);
+        it binds above about 200 parameters (SGLD: 50; see :mod:`pymc_bigdata.adaptation`).
+        None: the per-coordinate ``noise_bound`` alone.
     census
         Include the rows whose gradients move far more than the others' in every minibatch
         with weight 1 (:func:`~.start.census_rows`; stratified, unbiased).
@@ -146,7 +149,7 @@ class SubsamplingStep(ArrayStepShared):
         control_variates: bool | str = True,
         adapt: bool = True,
         noise_bound: float = NOISE_SHARE_BOUND,
-        noise_shift_bound: float | None = NOISE_SHIFT_BOUND,
+        noise_shift_bound: float | str | None = "auto",
         census: bool = True,
         replace: bool = False,
         reshuffle: bool | None = None,
@@ -168,7 +171,9 @@ class SubsamplingStep(ArrayStepShared):
             preconditioner=preconditioner,
             control_variates=control_variates,
             noise_bound=noise_bound,
-            noise_shift_bound=noise_shift_bound,
+            noise_shift_bound=(
+                self.default_noise_shift_bound if noise_shift_bound == "auto" else noise_shift_bound
+            ),
         )
         self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
         self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
@@ -395,6 +400,13 @@ class SubsamplingStep(ArrayStepShared):
         """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
         return []
 
+    #: the log-density shift bound used when none is given (``noise_shift_bound="auto"``)
+    default_noise_shift_bound: ClassVar[float] = NOISE_SHIFT_BOUND
+
+    #: the kernel's own inflation of every coordinate's variance at a step size (None: none,
+    #: e.g. BAOAB on a Gaussian); counted with the noise in the mean-share bound
+    own_share: ClassVar[Callable[[float], float] | None] = None
+
     def _make_step_policy(self) -> NoiseLimitedStepSize:
         """The step-size policy this sampler declares (:mod:`.step_size`): by default
         noise-limited, with the sampler's ``noise_share`` as its noise model."""
@@ -402,6 +414,7 @@ class SubsamplingStep(ArrayStepShared):
             noise_share=self.noise_share,
             noise_bound=self.noise_bound,
             noise_shift_bound=self.noise_shift_bound,
+            own_share=self.own_share,
             fixed_step=self._fixed_step,
             fixed_batch=self._fixed_batch,
             default_batch=self.minibatches.default_size,

@@ -22,12 +22,12 @@ class SGLD(SubsamplingStep):
     ``L L^T`` is the Laplace covariance at the MAP (the preconditioner; ``"diag"`` gives
     pSGLD-style diagonal preconditioning).  ``g`` is the control-variate minibatch gradient.
 
-    Defaults: ``eps = 0.2 / lambda_max``, at most ``4 x 0.5 / sqrt(d / 2)`` (above d = 200:
-    Euler's inflation ``eps / 4`` of every coordinate's variance shifts the draws' log density
-    by at most ``noise_shift_bound`` = 0.5 of its posterior sds, see
+    Defaults: ``eps = 0.2 / lambda_max``, at most ``2 x 0.5 / sqrt(d / 2)`` (binding above
+    d = 50: Euler's inflation ``eps / 4`` of every coordinate's variance takes at most half of
+    the budget ``noise_shift_bound`` = 0.5 posterior sds of the draws' log density, see
     :mod:`pymc_bigdata.adaptation`), lowered in tuning until the gradient noise feeds at most
     ``noise_bound`` of the stationary variance (share ``eps V / 4``) in the noisiest
-    coordinate and the mean share is within the same shift bound, and
+    coordinate and the mean noise share plus ``eps / 4`` is within that budget, and
     ``inner_steps = ceil(2 / (eps lambda_min))``,
     with ``lambda`` the eigenvalues of the curvature in ``z`` (both 1 with the default dense
     preconditioner).  Bias: O(eps); for a Gaussian posterior the stationary variance is
@@ -51,8 +51,12 @@ class SGLD(SubsamplingStep):
         if self.noise_shift_bound is None:
             return step
         # Euler's own inflation eps / 4 per coordinate adds up over d coordinates as the
-        # noise's does: held to the same mean-share bound (binds above d = 200)
-        return min(step, 4.0 * mean_share_bound(self.layer.dim, self.noise_shift_bound))
+        # noise's does: it may take half of the mean-share bound, the noise the rest
+        return min(step, 2.0 * mean_share_bound(self.layer.dim, self.noise_shift_bound))
+
+    def own_share(self, step_size: float) -> float:
+        """Euler's own inflation of each coordinate's variance, ``eps / 4`` (unit curvature)."""
+        return step_size / 4.0
 
     def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""

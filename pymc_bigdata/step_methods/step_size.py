@@ -116,6 +116,9 @@ class NoiseLimitedStepSize:
         Largest shift of the draws' log density (in its posterior sds) the gradient noise
         may cause over all coordinates: the mean share is kept within
         :func:`~pymc_bigdata.adaptation.mean_share_bound`; None: no such bound.
+    own_share
+        ``own_share(step_size)``: the kernel's own inflation of every coordinate's variance
+        (SGLD's ``eps / 4``), counted in the mean share; None: the kernel has none.
     fixed_step, fixed_batch
         A given step size or batch size is kept (the order is still chosen).
     default_batch, pool_size, replace
@@ -129,6 +132,7 @@ class NoiseLimitedStepSize:
         noise_share: Callable[[float, np.ndarray], np.ndarray],
         noise_bound: float,
         noise_shift_bound: float | None = None,
+        own_share: Callable[[float], float] | None = None,
         fixed_step: bool,
         fixed_batch: bool,
         default_batch: int,
@@ -136,7 +140,7 @@ class NoiseLimitedStepSize:
         replace: bool,
     ):
         self.noise_share, self.noise_bound = noise_share, noise_bound
-        self.noise_shift_bound = noise_shift_bound
+        self.noise_shift_bound, self.own_share = noise_shift_bound, own_share
         self.fixed_step, self.fixed_batch = fixed_step, fixed_batch
         self.default_batch, self.pool_size, self.replace = default_batch, pool_size, replace
 
@@ -164,6 +168,7 @@ class NoiseLimitedStepSize:
             default_step,
             self.noise_bound,
             mean_bound=self.mean_bound(noise_var.size),
+            own_share=self.own_share,
         )
 
     def choose(self, context: StepContext, final: bool) -> StepChoice:
@@ -208,11 +213,14 @@ class NoiseLimitedStepSize:
         mean_bound = self.mean_bound(unit_var.size)
         if mean_bound is not None:
             mean_per_unit = float(np.mean(self.noise_share(context.default_step, unit_var)))
+            own = 0.0 if self.own_share is None else self.own_share(context.default_step)
             if mean_per_unit > 0:
-                factor = min(factor, mean_bound / mean_per_unit)
+                factor = min(factor, max(mean_bound - own, 0.0) / mean_per_unit)
         pool = self.pool_size
         if math.isinf(factor):
             wanted = 1.0
+        elif factor <= 0:  # the kernel's own share fills the budget: as many rows as allowed
+            wanted = float(pool)
         else:  # the largest factor 1/n (- 1/N) that keeps the shares within their bounds
             wanted = 1.0 / factor if self.replace else 1.0 / (factor + 1.0 / pool)
         largest = min(pool, MAX_BATCH_GROWTH * self.default_batch)
