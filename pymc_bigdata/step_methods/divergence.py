@@ -77,7 +77,8 @@ class DivergenceCheck:
         self.track = LogDensityTrack()
 
     def restart(self) -> None:
-        """Another target (e.g. other values of held variables): forget the estimates."""
+        """Another target (e.g. other values of held variables), or a base re-measured after
+        a rejected draw: forget the estimates."""
         self.track = LogDensityTrack()
 
     def set_base(self, log_density: float) -> None:

@@ -327,6 +327,35 @@ def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monke
     assert final[4] == pytest.approx(final[0], rel=0.3)
 
 
+def test_an_unreachable_divergence_base_does_not_lock_the_chain(small_logistic, monkeypatch):
+    """A first log-density estimate far above every later one (a lucky minibatch at a far
+    point: EWSG's first draw on crossed ratings; the first estimate sets no running sd)
+    rejects the next draw as a drop; the rejection re-measures the base where the chain is,
+    so the chain moves on. Caught: keeping the old base (every later draw rejected, the step
+    halved at each; watched failing)."""
+    from pymc_bigdata.step_methods.divergence import DivergenceCheck, LogDensityTrack
+
+    model, _ = small_logistic
+    step = _step(pmb.SGHMC, small_logistic)
+    original = DivergenceCheck.judge
+
+    def judge(check, *args, s=step, **kwargs):
+        if s._draw_index == 20:  # the lucky estimate is the track's first
+            check.track = LogDensityTrack()
+            check.track.add(1e9)
+        return original(check, *args, **kwargs)
+
+    monkeypatch.setattr(DivergenceCheck, "judge", judge)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            step=step, chains=1, random_seed=6, discard_tuned_samples=False, **SAMPLE_KW
+        )
+    tuning = idata.warmup_sample_stats["diverging"].values[0]
+    assert tuning[20] and tuning.sum() == 1
+    assert not idata.sample_stats["diverging"].values.any()
+
+
 def test_non_finite_measured_log_density_is_a_divergence(small_logistic, monkeypatch):
     """A draw whose measured log-density estimate is not finite is rejected as diverging,
     and its noise measurement is dropped."""
