@@ -61,7 +61,8 @@ class EWSG(SubsamplingStep):
     -----
     ``EWSG(**EWSG.PAPER_SETTINGS, step_size=h, friction=gamma)`` is the paper's plain version:
     Euler-Maruyama, the paper's index weights, no control variates, no preconditioner (``z =
-    theta - theta_MAP``), fixed ``h`` and ``gamma``. See
+    theta - theta_MAP``), independent uniform minibatches (Algorithm 1's index proposals; not
+    reshuffled), no census rows, the model's own coordinates, fixed ``h`` and ``gamma``. See
     :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the other parameters.
     """
 
@@ -78,6 +79,9 @@ class EWSG(SubsamplingStep):
         "index_weights": "paper",
         "control_variates": False,
         "preconditioner": "identity",
+        "census": False,
+        "reshuffle": False,  # Algorithm 1 proposes independent uniform indices
+        "reparameterize": False,
         "adapt": False,
     }
 

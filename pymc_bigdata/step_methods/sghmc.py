@@ -68,6 +68,23 @@ class SGHMC(SubsamplingStep):
     #: consecutive draws are nearly independent (slightly antithetic)
     default_travel_time: ClassVar[float] = 2.8
 
+    #: the paper's Algorithm 2 (Chen, Fox & Guestrin 2014) with none of our extensions: the
+    #: Eq. 15 update (give its ``learning_rate`` and ``alpha``, or ``step_size`` and
+    #: ``friction``), B_hat = 0 ("the simplest choice", Sec. 3.3), M = I, minibatches drawn
+    #: uniformly at random and independently (Eq. 5), plain minibatch gradients, no census
+    #: rows, the model's own coordinates, no tuning. The chain still starts at a draw of the
+    #: MAP's Laplace fit (the paper leaves the start open).
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        "integrator": "sghmc",
+        "noise_estimate": "zero",
+        "control_variates": False,
+        "preconditioner": "identity",
+        "census": False,
+        "reshuffle": False,
+        "reparameterize": False,
+        "adapt": False,
+    }
+
     stats_dtypes_shapes = {
         **SubsamplingStep.stats_dtypes_shapes,
         "friction": (np.float64, []),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,6 +40,19 @@ class SGLD(SubsamplingStep):
 
     name = "sgld"
     default_step_size: ClassVar[float] = 0.2
+    #: Welling & Teh (2011), Eq. 4, with none of our extensions: plain minibatch gradients
+    #: of rows drawn uniformly at random and independently, no preconditioner, no census
+    #: rows, the model's own coordinates, no tuning (give ``step_size``). Not built: the
+    #: paper's decreasing steps ``a (b + t)^-gamma``; the step stays at the given value. The
+    #: chain still starts at a draw of the MAP's Laplace fit.
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        "control_variates": False,
+        "preconditioner": "identity",
+        "census": False,
+        "reshuffle": False,
+        "reparameterize": False,
+        "adapt": False,
+    }
 
     def default_inner(self) -> int:
         lam_min = self.precond.curvature_range[0]

@@ -1,0 +1,90 @@
+"""``PAPER_SETTINGS`` switch every project extension off (issue 26).
+
+Each extension is checked on a model where the defaults switch it on (a non-centred
+hierarchy with a 5-row group: re-centred coordinates, census rows, control variates, a dense
+preconditioner, reshuffled minibatches, tuning), so that a setting left out of a sampler's
+``PAPER_SETTINGS`` fails the test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_bigdata as pmb
+
+#: what each sampler's paper fixes besides the shared extensions, and the values it needs
+#: given (the papers tune nothing: the user gives the step)
+PAPERS = {
+    pmb.SGLD: ({}, {"step_size": 1e-4}),
+    pmb.SGHMC: (
+        {"integrator": "sghmc", "noise_estimate": "zero"},
+        {"learning_rate": 1e-6, "alpha": 0.1},
+    ),
+    pmb.EWSG: (
+        {"integrator": "euler", "index_weights": "paper"},
+        {"step_size": 1e-3, "friction": 50.0},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def hierarchy():
+    """A non-centred varying intercept, 3,000 rows in 8 groups of 5 to 1,025 rows."""
+    rng = np.random.default_rng(5)
+    sizes = np.array([5, 20, 50, 100, 300, 600, 900, 1025])
+    group = np.repeat(np.arange(8), sizes)
+    x = rng.normal(size=group.size)
+    y = rng.normal(0.5, 0.7, size=8)[group] + 0.4 * x + rng.normal(size=group.size)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=8)
+        slope = pm.Normal("slope", 0.0, 1.0)
+        pm.Normal("y", mu + tau * z[group] + slope * x, 1.0, observed=y)
+    return model, pmb.MinibatchModel(model)
+
+
+def _extensions(step) -> dict[str, bool]:
+    """Which shared extensions a constructed step has on."""
+    reparam = step.layer.reparam
+    recentred = reparam is not None and any(
+        np.any(r.centredness != r.effect.model_centredness) for r in reparam.reparams
+    )
+    return {
+        "control variates": step.cv_mode != "none",
+        "preconditioner": step.precond.kind != "identity",
+        "census rows": len(step.census) > 0,
+        "reshuffled minibatches": bool(step.reshuffle),
+        "re-centred coordinates": recentred,
+        "tuning": bool(step.adapt),
+    }
+
+
+@pytest.mark.parametrize("cls", list(PAPERS), ids=lambda c: c.__name__)
+def test_paper_settings_switch_every_extension_off(cls, hierarchy):
+    """With the defaults every extension is on on this model; with ``PAPER_SETTINGS`` every
+    one is off, the paper's own choices are made, and the given step is kept while sampling
+    with plain minibatch gradients."""
+    model, layer = hierarchy
+    own, given = PAPERS[cls]
+    default = _extensions(cls(model=model, layer=layer))
+    assert all(default.values()), f"the defaults leave some extension off here: {default}"
+    step = cls(model=model, layer=layer, **cls.PAPER_SETTINGS, **given)
+    assert not any(_extensions(step).values()), _extensions(step)
+    for name, value in own.items():
+        assert getattr(step, name) == value, name
+    with model:
+        idata = pm.sample(
+            step=step,
+            tune=10,
+            draws=20,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    stats = idata.sample_stats
+    assert np.all(stats["cv_order"].values == 0)
+    assert np.all(stats["step_size"].values == stats["step_size"].values[0, 0])
