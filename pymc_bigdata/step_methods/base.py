@@ -405,6 +405,18 @@ class SubsamplingStep(ArrayStepShared):
         """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
         return []
 
+    #: every extension of the base switched off: plain minibatch gradients of rows drawn
+    #: independently, no preconditioner, no census rows, the model's own coordinates, no
+    #: tuning (the samplers' ``PAPER_SETTINGS`` start from it)
+    EXTENSIONS_OFF: ClassVar[dict[str, Any]] = {
+        "control_variates": False,
+        "preconditioner": "identity",
+        "census": False,
+        "reshuffle": False,
+        "reparameterize": False,
+        "adapt": False,
+    }
+
     #: the log-density shift bound used when none is given (``noise_shift_bound="auto"``)
     default_noise_shift_bound: ClassVar[float] = NOISE_SHIFT_BOUND
 

@@ -75,14 +75,9 @@ class EWSG(SubsamplingStep):
     default_index_chain_steps: ClassVar[int] = 1
     #: the paper's plain version (Sec. 4.2, Algorithm 1); give step_size and friction too
     PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **SubsamplingStep.EXTENSIONS_OFF,  # reshuffle False: Algorithm 1's independent indices
         "integrator": "euler",
         "index_weights": "paper",
-        "control_variates": False,
-        "preconditioner": "identity",
-        "census": False,
-        "reshuffle": False,  # Algorithm 1 proposes independent uniform indices
-        "reparameterize": False,
-        "adapt": False,
     }
 
     off_target_consequence = (

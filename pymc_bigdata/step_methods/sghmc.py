@@ -75,14 +75,9 @@ class SGHMC(SubsamplingStep):
     #: rows, the model's own coordinates, no tuning. The chain still starts at a draw of the
     #: MAP's Laplace fit (the paper leaves the start open).
     PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **SubsamplingStep.EXTENSIONS_OFF,
         "integrator": "sghmc",
         "noise_estimate": "zero",
-        "control_variates": False,
-        "preconditioner": "identity",
-        "census": False,
-        "reshuffle": False,
-        "reparameterize": False,
-        "adapt": False,
     }
 
     stats_dtypes_shapes = {

@@ -45,14 +45,7 @@ class SGLD(SubsamplingStep):
     #: rows, the model's own coordinates, no tuning (give ``step_size``). Not built: the
     #: paper's decreasing steps ``a (b + t)^-gamma``; the step stays at the given value. The
     #: chain still starts at a draw of the MAP's Laplace fit.
-    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
-        "control_variates": False,
-        "preconditioner": "identity",
-        "census": False,
-        "reshuffle": False,
-        "reparameterize": False,
-        "adapt": False,
-    }
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = dict(SubsamplingStep.EXTENSIONS_OFF)
 
     def default_inner(self) -> int:
         lam_min = self.precond.curvature_range[0]
