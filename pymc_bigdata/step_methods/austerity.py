@@ -119,6 +119,16 @@ class AusterityMH(SubsamplingStep):
     """
 
     name = "austerity_mh"
+    #: Korattikara, Chen & Welling (2014), Algorithm 1 with the random-walk proposal of Sec.
+    #: 6.1 and none of our extensions: the plain per-row differences (no control variates, so
+    #: no residual test and no census rows), no preconditioner, the model's own coordinates,
+    #: no tuning (give ``step_size``, the walk's sd). Its minibatches are drawn without
+    #: replacement within a test, as the paper's (there is no ``reshuffle`` to switch off).
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **{k: v for k, v in SubsamplingStep.EXTENSIONS_OFF.items() if k != "reshuffle"},
+        "test": "plain",
+        "proposal": "rw",
+    }
     accept_step = True
     watches_stability = False
     reads_oracle = False
