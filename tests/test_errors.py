@@ -329,6 +329,7 @@ def test_batch_size_not_an_integer(small, step):
         ("SGHMC", {"preconditioner": "x"}, r"preconditioner must be 'auto', 'dense', 'diag' or "),
         ("SGLD", {"preconditioner": "x"}, r"preconditioner must be .*'identity', got 'x'"),
         ("SGHMC", {"noise_shift_bound": 0}, r"noise_shift_bound must be a positive finite"),
+        ("SGLD", {"adapt": "yes"}, r"adapt must be True, False or 'step_size', got 'yes'"),
         ("SGLD", {"noise_shift_bound": "1"}, r"noise_shift_bound must be a positive .*got '1'"),
     ],
 )

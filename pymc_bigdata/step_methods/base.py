@@ -86,7 +86,9 @@ class SubsamplingStep(ArrayStepShared):
         noise enough, else first), ``"first"``, ``"second"`` (the dense Hessian, d <= 2000)
         or ``False`` (plain minibatch sums); see :mod:`.gradient_oracle`.
     adapt
-        Adapt the preconditioner, the anchor and the step size in tuning (default True).
+        Adapt the preconditioner, the anchor and the step size in tuning (default True);
+        ``"step_size"``: the step size only (the Laplace fit's preconditioner and anchor are
+        kept, as in the HMC-ECS paper); False: nothing.
     noise_bound
         Largest share of the stationary variance the gradient noise may feed (0.05), in
         the noisiest coordinate.
@@ -147,7 +149,7 @@ class SubsamplingStep(ArrayStepShared):
         inner_steps: int | None = None,
         preconditioner: str = "auto",
         control_variates: bool | str = True,
-        adapt: bool = True,
+        adapt: bool | str = True,
         noise_bound: float = NOISE_SHARE_BOUND,
         noise_shift_bound: float | str | None = "auto",
         census: bool = True,
@@ -178,7 +180,11 @@ class SubsamplingStep(ArrayStepShared):
         self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
         self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
         self.noise_shift_bound = settings.noise_shift_bound
-        self.adapt, self.replace = bool(adapt), bool(replace)
+        if adapt not in (True, False, "step_size"):
+            raise ValueError(f"adapt must be True, False or 'step_size', got {adapt!r}.")
+        self.adapt, self.replace = adapt is not False, bool(replace)
+        #: whether the tuning windows re-estimate the preconditioner and move the anchor
+        self.adapt_geometry = adapt is True
         self.reshuffle = self._check_reshuffle(reshuffle)
         self._fixed_step = settings.step_size is not None
         self._fixed_inner = settings.inner_steps is not None

@@ -57,6 +57,8 @@ class Tunable(Protocol):
     minibatches: Minibatches
     #: whether the policy may choose between first and second order
     order_choice: bool
+    #: whether the windows' outcome (preconditioner, anchor, re-fit) is applied
+    adapt_geometry: bool
 
     def default_step(self) -> float: ...
 
@@ -133,7 +135,7 @@ class ChainAdaptation:
         is applied; the step size is re-chosen on its schedule. True at a window's end."""
         step, windows = self.step, self.windows
         ended = windows.collect(index, theta, virial)
-        if ended:
+        if ended and step.adapt_geometry:
             geometry = Geometry(step.laplace, step.precond, step.anchor)
             travel = step.step_size * step.inner_steps
             outcome = windows.end_window(geometry, self.stability, travel)
