@@ -45,6 +45,8 @@ from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.settings import (
+    EXTENSIONS_OFF,
+    check_adapt,
     check_data_current,
     check_shared_settings,
     step_layer,
@@ -180,8 +182,7 @@ class SubsamplingStep(ArrayStepShared):
         self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
         self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
         self.noise_shift_bound = settings.noise_shift_bound
-        if adapt not in (True, False, "step_size"):
-            raise ValueError(f"adapt must be True, False or 'step_size', got {adapt!r}.")
+        adapt = check_adapt(adapt)
         self.adapt, self.replace = adapt is not False, bool(replace)
         #: whether the tuning windows re-estimate the preconditioner and move the anchor
         self.adapt_geometry = adapt is True
@@ -411,17 +412,8 @@ class SubsamplingStep(ArrayStepShared):
         """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""
         return []
 
-    #: every extension of the base switched off: plain minibatch gradients of rows drawn
-    #: independently, no preconditioner, no census rows, the model's own coordinates, no
-    #: tuning (the samplers' ``PAPER_SETTINGS`` start from it)
-    EXTENSIONS_OFF: ClassVar[dict[str, Any]] = {
-        "control_variates": False,
-        "preconditioner": "identity",
-        "census": False,
-        "reshuffle": False,
-        "reparameterize": False,
-        "adapt": False,
-    }
+    #: every extension of the base switched off (:data:`.settings.EXTENSIONS_OFF`)
+    EXTENSIONS_OFF: ClassVar[dict[str, Any]] = EXTENSIONS_OFF
 
     #: the log-density shift bound used when none is given (``noise_shift_bound="auto"``)
     default_noise_shift_bound: ClassVar[float] = NOISE_SHIFT_BOUND

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 import pymc as pm
 
 from pymc_bigdata.errors import StaleDataError
@@ -12,6 +13,8 @@ from pymc_bigdata.index_samplers import check_batch_size
 from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = [
+    "EXTENSIONS_OFF",
+    "check_adapt",
     "DENSE_PRECONDITIONER_MAX_DIM",
     "SharedSettings",
     "check_shared_settings",
@@ -59,6 +62,28 @@ def check_noise_bound(noise_bound: Any) -> float:
     if not (isinstance(noise_bound, int | float) and 0 < noise_bound < 1):
         raise ValueError(f"noise_bound must be a number in (0, 1), got {noise_bound!r}.")
     return float(noise_bound)
+
+
+#: every extension of the base step switched off: plain minibatch gradients of rows drawn
+#: independently, no preconditioner, no census rows, the model's own coordinates, no tuning
+#: (the samplers' ``PAPER_SETTINGS`` start from it)
+EXTENSIONS_OFF: dict[str, Any] = {
+    "control_variates": False,
+    "preconditioner": "identity",
+    "census": False,
+    "reshuffle": False,
+    "reparameterize": False,
+    "adapt": False,
+}
+
+
+def check_adapt(adapt: Any) -> bool | str:
+    """``adapt``: True, False (numpy's booleans too) or ``"step_size"``."""
+    if isinstance(adapt, bool | np.bool_):
+        return bool(adapt)
+    if isinstance(adapt, str) and adapt == "step_size":
+        return adapt
+    raise ValueError(f"adapt must be True, False or 'step_size', got {adapt!r}.")
 
 
 def check_noise_shift_bound(noise_shift_bound: Any) -> float | None:
