@@ -384,22 +384,24 @@ class SubsamplingStep(ArrayStepShared):
     def _on_divergence(self, z0: np.ndarray, blew_up: bool) -> int:
         """A diverging draw (after tuning, one warning per chain). With an accept step the
         kernel's state is the chain's, never undone (``accept_step``); else the kernel
-        restarts at ``z0`` and measures there: a fresh log-density estimate where the chain
-        is becomes the next draw's base, the earlier ones forgotten (judged against an
-        earlier, lucky estimate, every later draw would be a drop: EWSG's first draw on
-        crossed ratings locked its chain so),
+        restarts at ``z0`` and, where the base is a single estimate (no running sd yet),
+        measures there: a fresh estimate replaces it (judged against a lucky first estimate,
+        every later draw would be a drop: EWSG's first draw on crossed ratings locked its
+        chain so),
         and, if tuning has not yet measured the gradient noise, the noise (the next step size
         then accounts for it). Returns the rows read here."""
         rows_read = 0
         if not self.accept_step:
             self._reset_kernel_state()
-            oracle = GradientOracle(self._estimator(), self.minibatches.draw, True)
-            record = oracle.measure_at(z0)
-            if self.tune and self.adapt and not self._noise.measured():
-                self._noise.keep(record.noise)
-            self._divergence.restart()  # an outlier in the track would also inflate its sd
-            self._divergence.set_base(record.log_density)
-            rows_read = record.rows_read
+            unmeasured = self.tune and self.adapt and not self._noise.measured()
+            if unmeasured or self._divergence.base_unsettled():
+                oracle = GradientOracle(self._estimator(), self.minibatches.draw, True)
+                record = oracle.measure_at(z0)
+                if unmeasured:
+                    self._noise.keep(record.noise)
+                self._divergence.restart()  # the single estimate is replaced
+                self._divergence.set_base(record.log_density)
+                rows_read = record.rows_read
         if not self.tune:
             self._report.divergence(self._divergence.message(blew_up))
         return rows_read

@@ -81,6 +81,10 @@ class DivergenceCheck:
         a rejected draw: forget the estimates."""
         self.track = LogDensityTrack()
 
+    def base_unsettled(self) -> bool:
+        """Whether the base is a single estimate (no running sd to judge a drop by)."""
+        return self.track.count <= 1
+
     def set_base(self, log_density: float) -> None:
         """A log-density estimate measured where the chain is (not a kernel's draw): the
         next draw's base, if finite."""
