@@ -275,6 +275,8 @@ def test_vars_must_be_all_free_variables(data):
 
 # ---------------------------------------------------------------------- batch size
 STEPS = {"SGLD": pmb.SGLD, "SGHMC": pmb.SGHMC}
+#: steps with settings of their own checked here (not in the loops over STEPS)
+OWN_SETTINGS_STEPS = {**STEPS, "SBPS": pmb.SBPS}
 
 
 @pytest.mark.parametrize("step", list(STEPS))
@@ -331,13 +333,16 @@ def test_batch_size_not_an_integer(small, step):
         ("SGHMC", {"noise_shift_bound": 0}, r"noise_shift_bound must be a positive finite"),
         ("SGLD", {"adapt": "yes"}, r"adapt must be True, False or 'step_size', got 'yes'"),
         ("SGLD", {"noise_shift_bound": "1"}, r"noise_shift_bound must be a positive .*got '1'"),
+        ("SBPS", {"slope_prior": "x"}, r"slope_prior must be one of \('em', 'paper'\)"),
+        ("SBPS", {"metric_update": "x"}, r"metric_update must be one of \('bounce', "),
+        ("SBPS", {"check_after": 0}, r"check_after must be a positive finite number, got 0"),
     ],
 )
 def test_invalid_setting_checked_before_the_map_search(small, step, kwargs, match):
     """Settings the constructor checks before the MAP search: ValueError naming the setting."""
     model, layer = small
     with pytest.raises(ValueError, match=match):
-        STEPS[step](model=model, layer=layer, batch_size=50, **kwargs)
+        OWN_SETTINGS_STEPS[step](model=model, layer=layer, batch_size=50, **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,8 @@ MAX_PROPOSALS = 100_000
 #: influential rows (the events of a rare outcome) underestimates its own noise
 NOISE_MEMORY = 0.05
 
-#: ours: with no proposal within this many knot scales the process observes ``G`` anyway
+#: ours (``check_after``; None turns the checks off, as in the paper): with no proposal
+#: within this many knot scales the process observes ``G`` anyway
 #: (an observation at a predictable time leaves the thinning valid): a band that predicts no
 #: bounce for long (a noisy fit with a falling slope) is then corrected before the particle
 #: travels far past where it should have bounced, unseen
@@ -84,15 +85,22 @@ class Observation(NamedTuple):
 
 class SBPSSettings(NamedTuple):
     """``k`` (Eq. 13), the refreshment rate, the learning rate of the slope prior, the
-    regression's misfit widening, pSBPS's ``(beta, eps)`` (None: fixed metric), and whether
-    the band's noise variance is at least the running mean of the observed ones."""
+    regression's misfit widening, pSBPS's ``(beta, eps)`` (None: fixed metric), whether the
+    band's noise variance is at least the running mean of the observed ones, the checks'
+    spacing in knot scales (ours; None: no checks, as in the paper), the slope prior's update
+    (``"em"``, ours, or ``"gradient"``, the paper's; :func:`~.sbps_regression.prior_step`)
+    and whether pSBPS's metric learns from every observation's minibatch (the authors'
+    code) rather than from the bounces' only."""
 
     k: float = 3.0
     refresh_rate: float = 0.0
-    prior_rate: float = 0.1
+    prior_rate: float = 0.05
     misfit: bool = True
     metric_adaptation: tuple[float, float] | None = None
     noise_memory: bool = True
+    check_after: float | None = CHECK_AFTER
+    prior_update: str = "em"
+    metric_every_observation: bool = False
 
 
 class SBPSState(NamedTuple):
@@ -257,7 +265,9 @@ def _travel(
             refresh = math.inf
             if settings.refresh_rate > 0:
                 refresh = clock + rng.exponential() / settings.refresh_rate
-            stop, check = clock + left, clock + CHECK_AFTER * knot_scale
+            stop, check = clock + left, math.inf
+            if settings.check_after is not None:
+                check = clock + settings.check_after * knot_scale
             event = min(proposal, refresh, stop, check)
             heading = metric * v
             x = x + (event - clock) * heading
@@ -274,6 +284,8 @@ def _travel(
                 tally.refreshes += 1
                 continue
             obs = _observation(observe, x, heading, tally)
+            if settings.metric_every_observation and settings.metric_adaptation is not None:
+                grad_sq, metric, obs = _learn_metric(grad_sq, obs, settings.metric_adaptation)
             observed = segment.add(clock, obs.value, obs.noise_var)
             noise_level = _remember(noise_level, obs.noise_var)
             if event == check:  # no proposal for a long while: look, without a decision
@@ -292,7 +304,9 @@ def _travel(
                 continue
             # accepted with probability min(1, [G]_+ / lambda): bounce
             v, metric, grad_sq, after = _bounce(v, metric, grad_sq, obs.gradient(), settings)
-            mu, sigma2 = prior_step(observed, mu, sigma2, settings.prior_rate)
+            mu, sigma2 = prior_step(
+                observed, mu, sigma2, settings.prior_rate, settings.prior_update
+            )
             path.turn()
             segment, clock = Segment().add(0.0, after, obs.noise_var), 0.0
             tally.bounces += 1
@@ -430,9 +444,33 @@ def _bounce(
     if not np.all(np.isfinite(gradient)):
         raise _NonFinite
     v = reflect(v, metric * gradient)
-    if settings.metric_adaptation is not None:
+    if settings.metric_adaptation is not None and not settings.metric_every_observation:
         grad_sq, metric = adapt_metric(grad_sq, gradient, *settings.metric_adaptation)
     return v, metric, grad_sq, float(v @ (metric * gradient))
+
+
+def _learn_metric(
+    grad_sq: np.ndarray, obs: Observation, adaptation: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, Observation]:
+    """pSBPS's metric (Eqs. 17-18) learnt from a proposal's minibatch gradient, as the
+    authors' code does at every minibatch (``metric_every_observation``).
+
+    Returns
+    -------
+    tuple of two arrays and an Observation
+        The running mean of squared gradients, the metric, and the observation with its
+        gradient kept (a bounce reuses it).
+
+    Raises
+    ------
+    _NonFinite
+        When the gradient is not finite.
+    """
+    gradient = obs.gradient()
+    if not np.all(np.isfinite(gradient)):
+        raise _NonFinite
+    grad_sq, metric = adapt_metric(grad_sq, gradient, *adaptation)
+    return grad_sq, metric, obs._replace(gradient=lambda: gradient)
 
 
 def _remember(level: float, noise_var: float) -> float:

@@ -143,23 +143,36 @@ def band_knots(fit: LineFit, start: float, scale: float, k: float) -> tuple[list
     return knots, [fit.upper_band_at(t, k) for t in knots]
 
 
-def prior_step(segment: Segment, mu: float, sigma2: float, rate: float) -> tuple[float, float]:
+def prior_step(
+    segment: Segment, mu: float, sigma2: float, rate: float, update: str = "em"
+) -> tuple[float, float]:
     """One step of size ``rate`` up the marginal likelihood of ``(mu, sigma^2)`` given a
-    segment's observations, in its EM form; unchanged with fewer than two.
+    segment's observations; unchanged with fewer than two.
 
     With ``m`` and ``s^2`` the posterior mean and variance of the segment's slope (Eq. 9's
     posterior, which already holds the prior), the log marginal likelihood's gradients are
-    ``(m - mu) / sigma^2`` and ``((m - mu)^2 + s^2 - sigma^2) / (2 sigma^4)``; scaled by
-    ``sigma^2`` and ``2 sigma^4`` they give ``mu += rate (m - mu)`` and ``sigma^2 += rate ((m -
-    mu)^2 + s^2 - sigma^2)``.  A segment that says little about its slope (noisy, short) has
-    ``m ~ mu`` and ``s^2 ~ sigma^2`` and moves nothing.
+    ``(m - mu) / sigma^2`` and ``((m - mu)^2 + s^2 - sigma^2) / (2 sigma^4)``.
+
+    ``update="em"`` (ours, the step's default) scales them by ``sigma^2`` and ``2 sigma^4``:
+    ``mu += rate (m - mu)`` and ``sigma^2 += rate ((m - mu)^2 + s^2 - sigma^2)``, with ``sigma``
+    at least ``RELATIVE_SLOPE_SD_FLOOR |mu|``. A segment that says little about its slope
+    (noisy, short) has ``m ~ mu`` and ``s^2 ~ sigma^2`` and moves nothing.
+
+    ``update="gradient"`` is the paper's plain gradient-ascent step (Sec. 4), with no floor:
+    in ``(mu, log sigma^2)``, the coordinates in which a step keeps ``sigma^2`` positive
+    (the paper names neither the coordinates nor the rate).
     """
     if segment.count < 2:
         return mu, sigma2
     fit = fit_line(segment, mu, sigma2, misfit=False)
     if not (math.isfinite(fit.beta1) and math.isfinite(fit.v11)):
         return mu, sigma2
+    gap2 = (fit.beta1 - mu) ** 2 + fit.v11
+    if update == "gradient":
+        new_mu = mu + rate * (fit.beta1 - mu) / sigma2
+        log_step = rate * (gap2 - sigma2) / (2.0 * sigma2)
+        return new_mu, sigma2 * math.exp(min(log_step, 700.0))
     new_mu = mu + rate * (fit.beta1 - mu)
-    new_sigma2 = sigma2 + rate * ((fit.beta1 - mu) ** 2 + fit.v11 - sigma2)
+    new_sigma2 = sigma2 + rate * (gap2 - sigma2)
     floor = (RELATIVE_SLOPE_SD_FLOOR * new_mu) ** 2 + 1e-300
     return new_mu, max(new_sigma2, floor)

@@ -42,6 +42,17 @@ TRAVEL_FACTOR = 2.0
 #: 0.961 / 0.879 / 0.865: 0.5
 REFRESH_FACTOR = 0.5
 
+#: the slope prior the paper's settings start from, ``N(0, 1e5)``: the paper gives no start;
+#: this is the authors' code's (github.com/dargilboa/SBPS-public, ``samplers.SBPS``)
+PAPER_SLOPE_PRIOR = (0.0, 1e5)
+
+#: the slope prior's updates (``slope_prior``): ours, then the paper's
+SLOPE_PRIORS = ("em", "paper")
+
+#: when pSBPS's metric learns (``metric_update``): at the bounces (ours), or from every
+#: observation's minibatch (the authors' code)
+METRIC_UPDATES = ("bounce", "minibatch")
+
 
 class SBPS(SubsamplingStep):
     """Stochastic bouncy particle sampler as a PyMC step method.
@@ -84,6 +95,19 @@ class SBPS(SubsamplingStep):
         False: the last minibatch's, as in Eq. 12).
     prior_rate
         Step size of the slope prior's marginal-likelihood update after each bounce.
+    slope_prior
+        ``"em"`` (ours, default): the slope prior starts from the preconditioner's
+        curvature range and its update is the EM form of the marginal likelihood's gradient,
+        with the prior's sd at least 0.1 ``|mu|``; ``"paper"``: it starts at ``N(0, 1e5)``
+        (the authors' code; the paper gives no start) and takes the paper's plain gradient
+        step (Sec. 4), no floor (:func:`~pymc_bigdata.kernels.sbps_regression.prior_step`).
+    check_after
+        Ours: with no proposal within this many knot scales, observe ``G`` anyway (default
+        4); None: no checks, as in the paper.
+    metric_update
+        pSBPS: ``"bounce"`` (default) learns the metric from the bounces' gradients only;
+        ``"minibatch"`` from every observation's minibatch, as the authors' code does (a
+        full minibatch gradient per proposal).
     batch_size
         Rows per proposal (default ``min(1000, N)``; at least 2 for Eq. 10's noise variance).
     control_variates
@@ -112,6 +136,21 @@ class SBPS(SubsamplingStep):
     """
 
     name = "sbps"
+    #: Pakman et al. (2017) as Sec. 7.1 runs it, with none of our extensions: plain
+    #: minibatch estimates (Eq. 7) of n = 100 independently drawn rows, the model's own
+    #: coordinates, k = 3 (Eq. 13, not tuned), no refreshment, Eq. 12's band (no misfit
+    #: widening, the last minibatch's noise), no checks, the paper's slope-prior update from
+    #: ``N(0, 1e5)``, no census rows, no tuning. ``SBPS(**SBPS.PAPER_SETTINGS)``
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **SubsamplingStep.EXTENSIONS_OFF,
+        "batch_size": 100,
+        "k": 3.0,
+        "refresh_rate": 0.0,
+        "misfit": False,
+        "noise_memory": False,
+        "check_after": None,
+        "slope_prior": "paper",
+    }
     watches_stability = False
     reads_oracle = False
 
@@ -143,6 +182,9 @@ class SBPS(SubsamplingStep):
         misfit: bool = True,
         noise_memory: bool = True,
         prior_rate: float = 0.05,
+        slope_prior: str = "em",
+        check_after: float | None = sbps_kernel.CHECK_AFTER,
+        metric_update: str = "bounce",
         batch_size: int | None = None,
         control_variates: bool = True,
         path_functions: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
@@ -159,6 +201,14 @@ class SBPS(SubsamplingStep):
             raise ValueError(f"metric_beta must be a number in [0, 1), got {metric_beta!r}.")
         check_positive("metric_eps", metric_eps)
         check_positive("prior_rate", prior_rate)
+        if check_after is not None:
+            check_positive("check_after", check_after)
+        for name, value, allowed in (
+            ("slope_prior", slope_prior, SLOPE_PRIORS),
+            ("metric_update", metric_update, METRIC_UPDATES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
         if isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size < 2:
             raise ValueError(
                 f"batch_size must be at least 2 for SBPS (the noise variance of Eq. 10 is a "
@@ -181,6 +231,9 @@ class SBPS(SubsamplingStep):
         self.misfit = bool(misfit)
         self.noise_memory = bool(noise_memory)
         self.prior_rate = float(prior_rate)
+        self.slope_prior = slope_prior
+        self.check_after = None if check_after is None else float(check_after)
+        self.metric_update = metric_update
         self._fixed_refresh = refresh_rate
         self._metric: tuple[np.ndarray, np.ndarray] | None = None  # pSBPS: none carried yet
         super().__init__(
@@ -275,11 +328,16 @@ class SBPS(SubsamplingStep):
             misfit=self.misfit,
             noise_memory=self.noise_memory,
             metric_adaptation=self.metric_adaptation if adapting else None,
+            check_after=self.check_after,
+            prior_update="gradient" if self.slope_prior == "paper" else "em",
+            metric_every_observation=self.metric_update == "minibatch",
         )
 
     def _initial_slope_prior(self) -> tuple[float, float]:
         """``mu``: the geometric mean of the Laplace curvature range in z (1 for the dense
-        Laplace preconditioner); ``sigma = mu``."""
+        Laplace preconditioner); ``sigma = mu``. The paper's: :data:`PAPER_SLOPE_PRIOR`."""
+        if self.slope_prior == "paper":
+            return PAPER_SLOPE_PRIOR
         low, high = self.precond.curvature_range
         mu = math.sqrt(max(low, 1e-300) * max(high, 1e-300))
         return mu, mu * mu
@@ -395,25 +453,20 @@ class pSBPS(SBPS):  # noqa: N801 - the paper's name
 
     The diagonal metric of Eqs. 17-18 (``beta = 0.99``, ``eps = 1e-4``) learnt from the
     gradients at the bounces, on the model's own (unconstrained) coordinates instead of the
-    base's Laplace preconditioner.  The paper's own settings are
-    ``pSBPS(control_variates=False, batch_size=100, refresh_rate=0, misfit=False,
-    noise_memory=False, k=3, adapt_metric_after_tuning=True)``, i.e.
-    ``pSBPS(**pSBPS.PAPER_SETTINGS)``.
+    base's Laplace preconditioner. ``pSBPS(**pSBPS.PAPER_SETTINGS)`` is the paper's own
+    pSBPS: SBPS's paper settings, with the metric learnt from every minibatch (the authors'
+    code) and throughout the run.
     """
 
     name = "psbps"
 
-    #: the paper's own pSBPS (Sec. 7.1; plain minibatch estimates of n = 100 rows, k = 3, no
-    #: refreshment, Eq. 12's band, the metric adapted throughout): ``pSBPS(**PAPER_SETTINGS)``
-    PAPER_SETTINGS: ClassVar[dict[str, Any]] = dict(
-        control_variates=False,
-        batch_size=100,
-        refresh_rate=0.0,
-        misfit=False,
-        noise_memory=False,
-        k=3.0,
-        adapt_metric_after_tuning=True,
-    )
+    #: the paper's own pSBPS (Sec. 5 and 7.1): SBPS's paper settings, the metric learnt from
+    #: every minibatch's gradient (the authors' code) and never frozen
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **{k: v for k, v in SBPS.PAPER_SETTINGS.items() if k != "preconditioner"},
+        "adapt_metric_after_tuning": True,
+        "metric_update": "minibatch",
+    }
 
     def __init__(self, vars=None, **kwargs):
         if kwargs.get("preconditioner", "adaptive") != "adaptive":

@@ -12,6 +12,7 @@ import scipy.stats
 
 from pymc_bigdata.kernels.poisson_time import first_arrival, integrated_rate, interpolate_rate
 from pymc_bigdata.kernels.sbps import (
+    CHECK_AFTER,
     Observation,
     SBPSSettings,
     SBPSState,
@@ -232,11 +233,13 @@ def _run(
     draws: int,
     seed: int,
     metric_adaptation: tuple[float, float] | None = None,
+    **settings_given,
 ) -> _Run:
     rng = np.random.default_rng(seed)
     d = len(precision)
     state = sbps_init(np.zeros(d), rng, 1.0, 1.0)
-    settings = SBPSSettings(k=k, refresh_rate=1 / math.sqrt(d), metric_adaptation=metric_adaptation)
+    given = {"refresh_rate": 1 / math.sqrt(d), **settings_given}
+    settings = SBPSSettings(k=k, metric_adaptation=metric_adaptation, **given)
     gaussian = _gaussian_observer(precision, noise_sd, rng)
     bounce_gradients: list[np.ndarray] = []
 
@@ -338,6 +341,58 @@ def test_psbps_adapts_the_metric_at_every_bounce():
     np.testing.assert_allclose(run.state.grad_sq, grad_sq, rtol=1e-10)
     np.testing.assert_allclose(run.state.metric, metric, rtol=1e-10)
     assert metric[1] / metric[0] > 1.5  # it moved (from 1): the check has something to see
+
+
+def test_psbps_paper_metric_learns_from_every_proposal():
+    """The authors' pSBPS (``metric_every_observation``), noisy gradients: every proposal's
+    minibatch gradient enters Eqs. 17-18, in order, and a bounce reuses its proposal's gradient
+    (computed once). Catches learning at the bounces only (far fewer gradients) and a
+    gradient computed twice (counted twice)."""
+    beta, eps = 0.99, 1e-4
+    run = _run(
+        np.diag([1.0, 1 / 9]),
+        1.0,
+        5.0,
+        100,
+        seed=6,
+        metric_adaptation=(beta, eps),
+        metric_every_observation=True,
+        refresh_rate=0.0,
+    )
+    grad_sq, metric = _eqs_17_18(run.bounce_gradients, beta, eps)
+    np.testing.assert_allclose(run.state.grad_sq, grad_sq, rtol=1e-10)
+    np.testing.assert_allclose(run.state.metric, metric, rtol=1e-10)
+    bounces = _run(np.diag([1.0, 1 / 9]), 1.0, 5.0, 100, seed=6, metric_adaptation=(beta, eps))
+    assert len(run.bounce_gradients) > 3 * len(bounces.bounce_gradients)
+
+
+@pytest.mark.parametrize("check_after", [None, CHECK_AFTER])
+def test_checks_happen_only_when_asked(check_after):
+    """``check_after=None`` (the paper) makes no check observations; the default spacing
+    makes some on a wide target with exact gradients (long downhill runs, no proposal)."""
+    rng = np.random.default_rng(8)
+    state = sbps_init(np.zeros(3), rng, 0.01, 1e-4)
+    settings = SBPSSettings(k=3.0, check_after=check_after)
+    observe = _gaussian_observer(0.01 * np.eye(3), 0.0, rng)
+    checks = 0
+    for _ in range(50):
+        state, info = sbps_advance(state, observe, 10.0, settings, rng, lambda x: x)
+        checks += info.checks
+    assert (checks == 0) if check_after is None else (checks > 20), checks
+
+
+def test_paper_prior_step_is_a_plain_gradient_step():
+    """``update="gradient"``: ``mu += rate (m - mu) / sigma^2`` and ``log sigma^2 += rate
+    ((m - mu)^2 + s^2 - sigma^2) / (2 sigma^2)``, with no floor (the EM form's floor would
+    keep sigma^2 >= 0.01 mu^2 here)."""
+    segment = _segment([0.0, 1.0, 2.0], [-1.0, 1.0, 3.0], [1e-4] * 3)  # slope 2
+    mu, sigma2, rate = 2.0, 0.03, 0.5
+    fit = fit_line(segment, mu, sigma2, misfit=False)
+    new_mu, new_s2 = prior_step(segment, mu, sigma2, rate, "gradient")
+    assert new_mu == pytest.approx(mu + rate * (fit.beta1 - mu) / sigma2, rel=1e-12)
+    gap2 = (fit.beta1 - mu) ** 2 + fit.v11
+    assert new_s2 == pytest.approx(sigma2 * math.exp(rate * (gap2 - sigma2) / (2 * sigma2)))
+    assert new_s2 < 0.01 * new_mu**2 <= prior_step(segment, mu, sigma2, rate)[1]
 
 
 def test_psbps_learns_the_scales_and_keeps_the_target():

@@ -14,6 +14,19 @@ import pytest
 
 import pymc_bigdata as pmb
 
+#: SBPS's own choices in the paper (Sec. 4 and 7.1): k = 3 not tuned, no refreshment,
+#: Eq. 12's band, no checks, the paper's slope-prior update
+_SBPS_PAPER = {
+    "k": 3.0,
+    "refresh_rate": 0.0,
+    "misfit": False,
+    "noise_memory": False,
+    "check_after": None,
+    "slope_prior": "paper",
+    "batch_size": 100,
+    "adapt": False,
+}
+
 #: what each sampler's paper fixes besides the shared extensions, and the values it needs
 #: given (the papers tune nothing: the user gives the step)
 PAPERS = {
@@ -30,12 +43,21 @@ PAPERS = {
     # the paper tunes the step size by dual averaging and uses Taylor control variates and
     # a full mass matrix: only the geometry's re-estimation is ours
     pmb.HMCECS: ({"taylor_space": "parameters", "adapt": True}, {}),
+    pmb.SBPS: (_SBPS_PAPER, {}),
+    pmb.pSBPS: (
+        {**_SBPS_PAPER, "metric_update": "minibatch", "adapt_metric_after_tuning": True},
+        {},
+    ),
 }
 
 #: extensions a sampler does not have (nothing to switch off)
 NOT_APPLICABLE = {
     pmb.AusterityMH: {"reshuffled minibatches"},
     pmb.HMCECS: {"reshuffled minibatches", "control variates", "preconditioner"},
+    # SBPS refuses reshuffled minibatches (Theorem 1); pSBPS's metric is its own, and in the
+    # model's coordinates its defaults pick no census rows here (checked on SBPS)
+    pmb.SBPS: {"reshuffled minibatches"},
+    pmb.pSBPS: {"reshuffled minibatches", "preconditioner", "census rows"},
 }
 
 
@@ -105,3 +127,27 @@ def test_paper_settings_switch_every_extension_off(cls, hierarchy):
     if not step.adapt:
         assert np.all(stats["step_size"].values == stats["step_size"].values[0, 0])
     assert step.precond is precond  # no window replaced the starting preconditioner
+    if "checks" in stats:
+        assert np.all(stats["checks"].values == 0)
+
+
+def test_signed_hmcecs_takes_the_same_paper_settings(hierarchy):
+    """The signed estimator (Sec. 5 of Dang et al.) shares the perturbed one's settings."""
+    model, layer = hierarchy
+    step = pmb.HMCECS(model=model, layer=layer, estimator="signed", **pmb.HMCECS.PAPER_SETTINGS)
+    extensions = _extensions(step)
+    assert not extensions["census rows"] and not extensions["re-centred coordinates"]
+    assert step.estimator == "signed" and step.taylor_space == "parameters"
+
+
+def test_austerity_gibbs_paper_settings_use_the_papers_level():
+    """The paper's per-look level (0.05) instead of our 0.001; its 500-row minibatches."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=600)
+    with pm.Model() as model:
+        on = pm.Bernoulli("on", 0.5)
+        pm.Normal("y", on * x, 1.0, observed=x + rng.normal(size=600))
+    default = pmb.AusterityGibbs([on], model=model)
+    paper = pmb.AusterityGibbs([on], model=model, **pmb.AusterityGibbs.PAPER_SETTINGS)
+    assert default.epsilon == 0.001 and paper.epsilon == 0.05
+    assert paper.batch_size == 500
