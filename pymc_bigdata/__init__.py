@@ -13,6 +13,7 @@ from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise
 from pymc_bigdata.model import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
+from pymc_bigdata.score_check import ScoreCheck, score_check
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights
 from pymc_bigdata.step_methods import (
     EWSG,
@@ -50,12 +51,14 @@ __all__ = [
     "ModelNotSupportedError",
     "RowIndexSampler",
     "RowSource",
+    "ScoreCheck",
     "add_log_likelihood",
     "loo_subsample_inputs",
     "pointwise_log_likelihood",
     "prefer",
     "register",
     "sample_dask",
+    "score_check",
     "sign_corrected_summary",
     "sign_weights",
 ]

@@ -1,0 +1,162 @@
+"""Power and false alarms of ``pmb.score_check`` (docs/score_check.md).
+
+A conjugate linear regression (5,000 rows, 4 coefficients, the noise variance with an
+inverse-gamma prior), whose exact posterior NumPy draws directly:
+
+A. 20 seeds of exact draws (2 chains x 1,000) per row, and the same draws made 1.2 or 0.8
+   times too wide, or with one coefficient 0.5 posterior sds off; the share flagged when the
+   check reads 40, 100 (the default) or 200 draws.
+B. ``pm.sample`` results (2 x (1,000 + 1,000), seed 1): SGHMC and SGLD with their defaults,
+   both with 10-row minibatches, SGLD with fixed steps 0.5 and 1.0; their sd ratios against
+   the exact posterior, the virial ratio, p-values and whether the check flags them::
+
+    .venv/bin/python benchmarks/score_check_power.py   # writes results/score_check_power.md
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import pymc_bigdata as pmb
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from report import git_revision  # noqa: E402
+
+N_ROWS, DIM, A0, B0, V0 = 5000, 4, 2.0, 2.0, 10.0
+SEEDS = 20
+CHANGES = {
+    "exact": {},
+    "sds x 1.2": {"scale": 1.2},
+    "sds x 0.8": {"scale": 0.8},
+    "one coefficient 0.5 sd off": {"shift_sd": 0.5},
+}
+
+
+def conjugate_model() -> tuple[pm.Model, tuple[np.ndarray, np.ndarray, float, float]]:
+    """The model and its exact posterior ``(m, V, a_n, b_n)``: ``s2 ~ InvGamma(a_n, b_n)``,
+    ``beta | s2 ~ N(m, s2 V)``."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N_ROWS, DIM))
+    y = x @ np.array([0.5, -1.0, 0.2, 0.0]) + 1.3 * rng.normal(size=N_ROWS)
+    with pm.Model() as model:
+        s2 = pm.InverseGamma("s2", A0, B0)
+        beta = pm.Normal("beta", 0.0, pm.math.sqrt(s2 * V0), shape=DIM)
+        pm.Normal("y", pm.math.dot(x, beta), pm.math.sqrt(s2), observed=y)
+    precision = x.T @ x + np.eye(DIM) / V0
+    cov = np.linalg.inv(precision)
+    mean = cov @ x.T @ y
+    b_n = B0 + 0.5 * (y @ y - mean @ precision @ mean)
+    return model, (mean, cov, A0 + N_ROWS / 2, b_n)
+
+
+def exact_draws(posterior, seed: int, scale: float = 1.0, shift_sd: float = 0.0):
+    """2 x 1,000 exact draws; ``beta`` widened ``scale`` times, ``beta[0]`` moved."""
+    mean, cov, a_n, b_n = posterior
+    rng = np.random.default_rng(seed)
+    s2 = b_n / rng.gamma(a_n, 1.0, size=(2, 1000))
+    z = rng.standard_normal((2, 1000, DIM)) @ np.linalg.cholesky(cov).T
+    beta = mean + scale * z * np.sqrt(s2)[..., None]
+    beta[..., 0] += shift_sd * np.sqrt(cov[0, 0] * b_n / (a_n - 1))
+    return az.from_dict({"posterior": {"s2": s2, "beta": beta}})
+
+
+def power_table(model, layer, posterior) -> list[str]:
+    """Part A: flagged runs out of ``SEEDS`` per change and draws read."""
+    lines = ["| draws read | " + " | ".join(CHANGES) + " |", "|---" * (len(CHANGES) + 1) + "|"]
+    for draws in (40, 100, 200):
+        cells = []
+        for change in CHANGES.values():
+            flagged = sum(
+                pmb.score_check(
+                    exact_draws(posterior, seed, **change),
+                    model,
+                    layer=layer,
+                    draws=draws,
+                    warn=False,
+                    store=False,
+                ).off_target
+                for seed in range(SEEDS)
+            )
+            cells.append(f"{flagged} / {SEEDS}")
+        lines.append(f"| {draws} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def sampler_runs(model, layer, posterior) -> list[str]:
+    """Part B: the check on pm.sample results."""
+    mean, cov, a_n, b_n = posterior
+    beta_sd = np.sqrt(np.diag(cov) * b_n / (a_n - 1))
+    steps: dict[str, Callable[[], object]] = {
+        "SGHMC defaults": lambda: pmb.SGHMC(layer=layer),
+        "SGLD defaults": lambda: pmb.SGLD(layer=layer),
+        "SGHMC, batch 10": lambda: pmb.SGHMC(layer=layer, batch_size=10),
+        "SGLD, batch 10, step 0.3": lambda: pmb.SGLD(
+            layer=layer, adapt=False, step_size=0.3, batch_size=10
+        ),
+        "SGLD, step 0.5": lambda: pmb.SGLD(layer=layer, adapt=False, step_size=0.5),
+        "SGLD, step 1.0": lambda: pmb.SGLD(layer=layer, adapt=False, step_size=1.0),
+    }
+    lines = [
+        "| run | beta sd ratios | virial ratio | p mean score | p virial | p coordinates "
+        "| flagged | check s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, make in steps.items():
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                step=make(),
+                draws=1000,
+                tune=1000,
+                chains=2,
+                random_seed=1,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        start = time.perf_counter()
+        result = pmb.score_check(idata, model, layer=layer, warn=False)
+        seconds = time.perf_counter() - start
+        ratios = idata.posterior["beta"].std(("chain", "draw")).values / beta_sd
+        lines.append(
+            f"| {name} | [{ratios.min():.3f}, {ratios.max():.3f}] | {result.virial_ratio:.3f} "
+            f"| {result.p_mean_score:.2g} | {result.p_virial:.2g} | {result.p_coordinates:.2g} "
+            f"| {result.off_target} | {seconds:.2f} |"
+        )
+    return lines
+
+
+def main() -> None:
+    """Run A and B and write ``results/score_check_power.md``."""
+    model, posterior = conjugate_model()
+    layer = pmb.MinibatchModel(model)
+    lines = [
+        "# score_check: power and false alarms",
+        "",
+        f"At {git_revision()}; `benchmarks/score_check_power.py`.",
+        "",
+        f"## A. Exact draws and deliberate errors ({SEEDS} seeds each)",
+        "",
+        *power_table(model, layer, posterior),
+        "",
+        "## B. pm.sample results (2 x (1,000 + 1,000), seed 1)",
+        "",
+        *sampler_runs(model, layer, posterior),
+        "",
+    ]
+    out = ROOT / "results" / "score_check_power.md"
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
