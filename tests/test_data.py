@@ -57,6 +57,18 @@ def sghmc_draws(model) -> tuple[np.ndarray, object]:
     return idata.posterior["beta"].values, idata
 
 
+def test_sbps_refuses_block_gathers_and_takes_uniform_rows(data):
+    """SBPS needs independent minibatches: a zarr store read by block gathers (the default)
+    is refused with a clear message before the MAP search; with ``gather="rows"`` the same
+    store is accepted."""
+    X, y, path = data
+    blocked = logistic(str(path / "X.zarr"), str(path / "y.zarr"))
+    with pytest.raises(ValueError, match=r"SBPS needs independent minibatches .*gather=\"rows\""):
+        pmb.SBPS(model=blocked)
+    rows = logistic(str(path / "X.zarr"), str(path / "y.zarr"), gather="rows")
+    assert pmb.SBPS(model=rows).layer.rows.gather == "rows"
+
+
 def test_same_seed_same_draws_from_memory_npy_and_zarr(data):
     """With row-uniform gathers the draws are identical whatever holds the rows, and the
     result holds no copy of the data (zero-row stand-ins). A zarr store's default block

@@ -247,8 +247,18 @@ class SBPS(SubsamplingStep):
         )
 
     def _check_layer_settings(self) -> None:
-        """The path functions' shapes, on the model's initial point (before the MAP)."""
+        """The path functions' shapes, on the model's initial point (before the MAP), and
+        independent minibatches (Theorem 1): no block gathers."""
         self._paths.check_shapes(self.layer.initial_theta)
+        if self.layer.rows.gather == "blocks":
+            raise ValueError(
+                "SBPS needs independent minibatches (Theorem 1 of the paper), but this model's "
+                "data are read by block gathers (a chunked zarr or dask array): minibatches "
+                "drawn from the same cached blocks have correlated noise, and Eq. 10 then "
+                "understates it. Read them as uniform rows with "
+                'pmb.Data(name, store, gather="rows") (slower: about one decoded chunk per '
+                "row), or use another sampler (SGHMC)."
+            )
 
     def _prepare(self) -> None:
         """The path statistics' dtypes, from the layer's dimension and the path functions'
