@@ -26,13 +26,13 @@ import numpy as np
 import pymc as pm
 
 import pymc_bigdata as pmb
+from pymc_bigdata.datasets import conjugate_regression
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from report import git_revision  # noqa: E402
 
-N_ROWS, DIM, A0, B0, V0 = 5000, 4, 2.0, 2.0, 10.0
 SEEDS = 20
 CHANGES = {
     "exact": {},
@@ -42,32 +42,9 @@ CHANGES = {
 }
 
 
-def conjugate_model() -> tuple[pm.Model, tuple[np.ndarray, np.ndarray, float, float]]:
-    """The model and its exact posterior ``(m, V, a_n, b_n)``: ``s2 ~ InvGamma(a_n, b_n)``,
-    ``beta | s2 ~ N(m, s2 V)``."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(N_ROWS, DIM))
-    y = x @ np.array([0.5, -1.0, 0.2, 0.0]) + 1.3 * rng.normal(size=N_ROWS)
-    with pm.Model() as model:
-        s2 = pm.InverseGamma("s2", A0, B0)
-        beta = pm.Normal("beta", 0.0, pm.math.sqrt(s2 * V0), shape=DIM)
-        pm.Normal("y", pm.math.dot(x, beta), pm.math.sqrt(s2), observed=y)
-    precision = x.T @ x + np.eye(DIM) / V0
-    cov = np.linalg.inv(precision)
-    mean = cov @ x.T @ y
-    b_n = B0 + 0.5 * (y @ y - mean @ precision @ mean)
-    return model, (mean, cov, A0 + N_ROWS / 2, b_n)
-
-
-def exact_draws(posterior, seed: int, scale: float = 1.0, shift_sd: float = 0.0):
-    """2 x 1,000 exact draws; ``beta`` widened ``scale`` times, ``beta[0]`` moved."""
-    mean, cov, a_n, b_n = posterior
-    rng = np.random.default_rng(seed)
-    s2 = b_n / rng.gamma(a_n, 1.0, size=(2, 1000))
-    z = rng.standard_normal((2, 1000, DIM)) @ np.linalg.cholesky(cov).T
-    beta = mean + scale * z * np.sqrt(s2)[..., None]
-    beta[..., 0] += shift_sd * np.sqrt(cov[0, 0] * b_n / (a_n - 1))
-    return az.from_dict({"posterior": {"s2": s2, "beta": beta}})
+def exact_draws(posterior, seed: int, **change):
+    """2 x 1,000 exact draws, changed on purpose (``ConjugatePosterior.draws``)."""
+    return az.from_dict({"posterior": posterior.draws(np.random.default_rng(seed), **change)})
 
 
 def power_table(model, layer, posterior) -> list[str]:
@@ -94,8 +71,7 @@ def power_table(model, layer, posterior) -> list[str]:
 
 def sampler_runs(model, layer, posterior) -> list[str]:
     """Part B: the check on pm.sample results."""
-    mean, cov, a_n, b_n = posterior
-    beta_sd = np.sqrt(np.diag(cov) * b_n / (a_n - 1))
+    beta_sd = np.sqrt(np.diag(posterior.cov) * posterior.b_n / (posterior.a_n - 1))
     steps: dict[str, Callable[[], object]] = {
         "SGHMC defaults": lambda: pmb.SGHMC(layer=layer),
         "SGLD defaults": lambda: pmb.SGLD(layer=layer),
@@ -137,7 +113,7 @@ def sampler_runs(model, layer, posterior) -> list[str]:
 
 def main() -> None:
     """Run A and B and write ``results/score_check_power.md``."""
-    model, posterior = conjugate_model()
+    model, posterior = conjugate_regression()
     layer = pmb.MinibatchModel(model)
     lines = [
         "# score_check: power and false alarms",

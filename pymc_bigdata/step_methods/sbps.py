@@ -23,7 +23,7 @@ from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.sbps_paths import PathFunctions, continuous_estimates
 from pymc_bigdata.step_methods.sbps_tuning import DEFAULT_K, TravelTimeAndBand
-from pymc_bigdata.step_methods.settings import check_positive
+from pymc_bigdata.step_methods.settings import check_independent_rows, check_positive
 
 __all__ = ["SBPS", "pSBPS"]
 
@@ -250,15 +250,7 @@ class SBPS(SubsamplingStep):
         """The path functions' shapes, on the model's initial point (before the MAP), and
         independent minibatches (Theorem 1): no block gathers."""
         self._paths.check_shapes(self.layer.initial_theta)
-        if self.layer.rows.gather == "blocks":
-            raise ValueError(
-                "SBPS needs independent minibatches (Theorem 1 of the paper), but this model's "
-                "data are read by block gathers (a chunked zarr or dask array): minibatches "
-                "drawn from the same cached blocks have correlated noise, and Eq. 10 then "
-                "understates it. Read them as uniform rows with "
-                'pmb.Data(name, store, gather="rows") (slower: about one decoded chunk per '
-                "row), or use another sampler (SGHMC)."
-            )
+        check_independent_rows(self.layer, "SBPS", "Theorem 1 of the paper")
 
     def _prepare(self) -> None:
         """The path statistics' dtypes, from the layer's dimension and the path functions'

@@ -20,6 +20,7 @@ __all__ = [
     "check_shared_settings",
     "check_data_current",
     "check_control_variates",
+    "check_independent_rows",
     "check_inner_steps",
     "check_noise_bound",
     "check_noise_shift_bound",
@@ -55,6 +56,20 @@ def check_inner_steps(inner_steps: Any) -> int:
     if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
         raise ValueError(f"inner_steps must be a positive integer, got {inner_steps!r}.")
     return int(inner_steps)
+
+
+def check_independent_rows(layer: MinibatchModel, sampler: str, reason: str) -> None:
+    """Refuse data read by block gathers (a chunked zarr or dask array) for a sampler whose
+    theory needs independent minibatches (``reason`` says which result)."""
+    if layer.rows.gather == "blocks":
+        raise ValueError(
+            f"{sampler} needs independent minibatches ({reason}), but this model's data are "
+            "read by block gathers (a chunked zarr or dask array): minibatches drawn from the "
+            "same cached blocks have correlated noise, and the noise estimates then "
+            "understate it. Read them as uniform rows with "
+            'pmb.Data(name, store, gather="rows") (slower: about one decoded chunk per '
+            "row), or use another sampler (SGHMC)."
+        )
 
 
 def check_noise_bound(noise_bound: Any) -> float:
