@@ -10,9 +10,10 @@ every sampler runs with ``pm.sample``'s defaults (2 chains, 1,000 + 1,000 draws)
 * ``batch 10``: 10-row minibatches (HMC-ECS: ``subsample_size=10``), everything else default.
 
 For each run: the worst mean error in reference sds and the sd ratios (unconstrained
-coordinates), min bulk ESS, whether it is **in band** (max error at most
-``max(0.1, 4 / sqrt(min ESS))`` and every sd ratio within ``1 +- max(0.1, 4 / sqrt(2 min
-ESS))``: the issue's bars for the defaults, widened where the Monte Carlo error is larger),
+coordinates), min bulk ESS, whether it is **in band** (min bulk ESS at least
+``MIN_ESS`` = 100, max error at most ``max(0.1, 4 / sqrt(min ESS))`` and every sd ratio
+within ``1 +- max(0.1, 4 / sqrt(2 min ESS))``: the issue's bars for the defaults, widened
+where the Monte Carlo error is larger; a chain with fewer effective draws is no sample),
 the sampler's alarms (a ``BiasWarning``, or divergences) and ``pmb.score_check``'s
 verdict::
 
@@ -52,6 +53,8 @@ SAMPLERS = {
     "AusterityMH": pmb.AusterityMH,
 }
 SEEDS = (1, 2, 3)
+#: fewer effective draws than this (of 2,000) are no usable sample: off target
+MIN_ESS = 100
 
 
 def accuracy(idata, model, ref) -> tuple[float, float, float, float]:
@@ -90,7 +93,11 @@ def run(model, ref, make, seed: int) -> dict:
         score = f"n/a ({str(error).split(':')[0]})"
     ess_floor = max(ess, 1.0)
     sd_band = max(0.1, 4 / math.sqrt(2 * ess_floor))
-    in_band = err <= max(0.1, 4 / math.sqrt(ess_floor)) and max(1 - low, high - 1) <= sd_band
+    in_band = (
+        ess >= MIN_ESS
+        and err <= max(0.1, 4 / math.sqrt(ess_floor))
+        and max(1 - low, high - 1) <= sd_band
+    )
     return {
         "err": err,
         "ratios": (low, high),
