@@ -7,7 +7,8 @@ every sampler runs with ``pm.sample``'s defaults (2 chains, 1,000 + 1,000 draws)
 
 * ``step x10``: the step its tuning chose (the defaults' run at seed 1), times 10, fixed
   (``adapt=False``); SBPS, which has no step, gets a band far too narrow (``k=0.3``) instead;
-* ``batch 10``: 10-row minibatches (HMC-ECS: ``subsample_size=10``), everything else default.
+* ``batch 10``: 10-row minibatches (HMC-ECS: ``subsample_size=10``, signed ``minibatch=10``),
+  everything else default.
 
 For each run: the worst mean error in reference sds and the sd ratios (unconstrained
 coordinates), min bulk ESS, whether it is **in band** (min bulk ESS at least
@@ -116,7 +117,9 @@ def off_target(name: str, make, tuned_step: float):
         too_large = partial(make, k=0.3)
     else:
         too_large = partial(make, adapt=False, step_size=10 * tuned_step)
-    if name.startswith("HMCECS"):
+    if name == "HMCECS-signed":
+        small = partial(make, minibatch=10)
+    elif name == "HMCECS":
         small = partial(make, subsample_size=10)
     else:
         small = partial(make, batch_size=10)
