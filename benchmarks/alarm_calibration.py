@@ -20,6 +20,8 @@ verdict::
 
     .venv/bin/python benchmarks/alarm_calibration.py   # writes results/alarm_calibration.md
     .venv/bin/python benchmarks/alarm_calibration.py --samplers SGLD SBPS
+    .venv/bin/python benchmarks/alarm_calibration.py --target hier_logistic_noncentred \
+        --out alarm_calibration_hier   # another hard target (its defaults' batch size)
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pymc_bigdata as pmb
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from hard_targets import reference, unconstrained  # noqa: E402
+from hard_targets import MODELS, reference, unconstrained  # noqa: E402
 from report import git_revision  # noqa: E402
 
 TARGET = "scale_regression"
@@ -131,8 +133,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samplers", nargs="+", choices=list(SAMPLERS), default=list(SAMPLERS))
     parser.add_argument("--out", default="alarm_calibration")
+    parser.add_argument("--target", default=TARGET, choices=list(MODELS))
     args = parser.parse_args(argv)
-    model, ref = reference(TARGET)
+    model, ref = reference(args.target)
     layer = pmb.MinibatchModel(model)
     lines = [
         "| sampler | run | seed | max \\|Δmean\\|/sd | sd ratio | min ESS | in band | alarm "
@@ -156,7 +159,8 @@ def main(argv=None) -> None:
         [
             "# Alarms on in-band and off-target runs",
             "",
-            f"At {git_revision()}; `benchmarks/alarm_calibration.py` on `{TARGET}` (d = 26).",
+            f"At {git_revision()}; `benchmarks/alarm_calibration.py` on `{args.target}` "
+            f"(d = {layer.dim}).",
             "",
             *lines,
             "",
