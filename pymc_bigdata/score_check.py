@@ -9,7 +9,7 @@ satisfies, for the score ``g(theta) = grad log p(theta)`` (full data, prior and 
   ``E[g_j (theta_j - a_j)] = -1``.
 
 :func:`score_check` evaluates the exact score at a few dozen thinned draws of a result (one
-streamed pass over the rows each) and tests the three identities:
+streamed pass over the rows each) and tests two of them, reporting a third:
 
 1. **mean score** -- ``Q = |sum_i s_i|^2`` with ``s_i = sd * g(theta_i)`` (the score scaled by
    the draws' sds), against its law under random sign flips of the ``s_i`` (exact for
@@ -19,12 +19,18 @@ streamed pass over the rows each) and tests the three identities:
    ratio ``-mean(g^T (theta - theta_bar)) / d`` is 1 at the target and about the draws'
    variance ratio off it (``c^2`` for draws ``c`` times too wide): heat spread over many
    coordinates, each too little to see alone;
-3. **per coordinate** -- t-tests of ``E[g_j] = 0`` and ``E[g_j (theta_j - theta_bar_j)] = -1``,
-   Bonferroni over the ``2 d`` tests: one parameter far off.
+3. **per coordinate**, reported, not tested -- t-tests of ``E[g_j] = 0`` and
+   ``E[g_j (theta_j - theta_bar_j)] = -1``, Bonferroni over the ``2 d`` tests, name the
+   coordinate that looks worst. They do not flag: where the data tie a coordinate to others
+   (a non-centred group effect and its scale) the products ``g_j (theta_j - theta_bar_j)``
+   are heavy-tailed, and a t-test's p-value at the Bonferroni level is then far too small
+   (SBPS on the non-centred hierarchy, in band: 2e-4 for ``z[1]``). The virial is the same
+   sum in every linear coordinate system (``g^T (theta - theta_bar)``), and the sign flips
+   need no tail assumption.
 
 The draws are thinned to at most the smallest bulk ESS over the coordinates, so that they are
 nearly independent (the tests assume it); ``theta_bar`` and the sds come from all draws. The
-result flags the draws as off their target when a p-value falls below ``level / 3``. Its
+result flags the draws as off their target when a p-value falls below ``level / 2``. Its
 power is limited by the few draws it reads: see ``docs/score_check.md`` for what it catches
 and what it cannot see.
 """
@@ -74,13 +80,16 @@ class ScoreCheck:
     p_virial
         The virial t-test's p-value.
     worst_coordinate
-        The unconstrained coordinate with the smallest per-coordinate p-value.
+        The unconstrained coordinate with the smallest per-coordinate p-value (for reading:
+        it does not flag).
     p_coordinates
-        That p-value, Bonferroni-corrected over the ``2 d`` tests (at most 1).
+        That p-value, Bonferroni-corrected over the ``2 d`` tests (at most 1; unreliable
+        where a coordinate's products are heavy-tailed).
     nonfinite
         Draws whose full-data score is not finite (outside the support): off target.
     level
-        The family's level: the draws are flagged when a p-value is below ``level / 3``.
+        The family's level: the draws are flagged when the mean-score or the virial
+        p-value is below ``level / 2``.
     """
 
     draws: int
@@ -95,9 +104,8 @@ class ScoreCheck:
     @property
     def off_target(self) -> bool:
         """Whether the draws fail a test (or have a non-finite score)."""
-        cut = self.level / 3.0
-        pvalues = (self.p_mean_score, self.p_virial, self.p_coordinates)
-        return self.nonfinite > 0 or min(pvalues) < cut
+        cut = self.level / 2.0
+        return self.nonfinite > 0 or min(self.p_mean_score, self.p_virial) < cut
 
     def attrs(self) -> dict[str, Any]:
         """Flat attributes (``score_check_*``) to store with a result (netCDF-safe)."""
@@ -142,8 +150,8 @@ def score_check(
     draws
         The most draws to read (default 100), evenly spaced within each chain.
     level
-        The family's false-alarm level (default 0.001): each of the three tests flags below
-        ``level / 3``.
+        The family's false-alarm level (default 0.001): each of the two tests flags below
+        ``level / 2``.
     random_seed
         Seed of the sign flips.
     warn
@@ -228,7 +236,8 @@ def _tests(
     level: float,
     random_seed: int,
 ) -> ScoreCheck:
-    """The three tests on the finite scores; ``sampled`` holds every draw, ``(S, d)``."""
+    """The two tests and the per-coordinate report on the finite scores; ``sampled`` holds
+    every draw, ``(S, d)``."""
     finite = np.all(np.isfinite(scores), axis=1)
     nonfinite = int((~finite).sum())
     everywhere = sampled[np.all(np.isfinite(sampled), axis=1)]
@@ -273,10 +282,10 @@ def _message(result: ScoreCheck) -> str:
         found = f"the full-data score is not finite at {result.nonfinite} draw(s)"
     else:
         found = (
-            f"p-values {result.p_mean_score:.2g} (mean score), {result.p_virial:.2g} (virial "
-            f"ratio {result.virial_ratio:.3f}; 1 at the target, about the draws' variance "
-            f"ratio off it), {result.p_coordinates:.2g} (worst coordinate "
-            f"{result.worst_coordinate!r}), each below {result.level / 3:.2g} flags"
+            f"p-values {result.p_mean_score:.2g} (mean score) and {result.p_virial:.2g} "
+            f"(virial ratio {result.virial_ratio:.3f}; 1 at the target, about the draws' "
+            f"variance ratio off it), each below {result.level / 2:.2g} flags; the worst "
+            f"coordinate looks {result.worst_coordinate!r}"
         )
     return (
         f"The score check against the full data says these {result.draws} draws are off "
