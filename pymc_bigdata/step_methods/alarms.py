@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pymc_bigdata.step_methods.decision_audit import AUDIT_MIN_WRONG, WRONG_PER_DRAW_ALARM
+
 __all__ = [
     "COLLAPSED_SCALE",
     "LOGLIK_VAR_ALARM",
@@ -179,7 +181,8 @@ class SBPSAlarm:
 class AusterityAlarm:
     """Approximate MH: a chain that hardly moves, a proposal scale that collapsed in tuning,
     a test whose normal approximation is off by more than ``epsilon`` for the skewness seen,
-    and rows whose log-likelihood was not finite (an early decision may not have read them).
+    rows whose log-likelihood was not finite (an early decision may not have read them), and
+    decisions that a second test overturns too often (:mod:`.decision_audit`).
 
     The sampler feeds the decisions themselves (:meth:`record`); only the kept draws'
     count. A non-finite row met in tuning is an early proposal far out in the tails (an
@@ -201,12 +204,17 @@ class AusterityAlarm:
         self._accepts: list[float] = []
         self._clt: list[float] = []
         self._nonfinite = 0
+        self._audited = self._wrong = self._kept_decisions = self._kept_draws = 0
 
     def record(self, decisions: list, kept: bool) -> None:
         """One draw's decisions (each with ``accepted``, ``finite``, ``exact`` and
         ``clt_error``); ``kept``: a post-tuning draw."""
         if kept:
             self._nonfinite += sum(not d.finite for d in decisions)
+            self._audited += sum(d.audited for d in decisions)
+            self._wrong += sum(d.wrong for d in decisions)
+            self._kept_decisions += len(decisions)
+            self._kept_draws += 1
         if kept and decisions:
             self._accepts.append(sum(d.accepted for d in decisions) / len(decisions))
             early = (d.clt_error for d in decisions if d.finite and not d.exact)
@@ -242,6 +250,9 @@ class AusterityAlarm:
                 f"{self.epsilon:g}): {self.consequence} Raise batch_size, use "
                 "control variates, or lower epsilon."
             )
+        audit = self._audit_problem(sampler)
+        if audit:
+            problems.append(audit)
         if self.epsilon > 0 and self._nonfinite:
             problems.append(
                 f"{sampler}: {self._nonfinite} proposals met rows whose log-likelihood was "
@@ -251,3 +262,20 @@ class AusterityAlarm:
                 "check the draws against the support."
             )
         return problems
+
+    def _audit_problem(self, sampler: str) -> str | None:
+        """The audit's verdict (:mod:`.decision_audit`): wrong decisions per kept draw
+        above ``WRONG_PER_DRAW_ALARM``, from at least ``AUDIT_MIN_WRONG`` of them."""
+        if not self._audited or self._wrong < AUDIT_MIN_WRONG:
+            return None
+        rate = self._wrong / self._audited
+        per_draw = rate * self._kept_decisions / self._kept_draws
+        if per_draw <= WRONG_PER_DRAW_ALARM:
+            return None
+        return (
+            f"{sampler}: {self._wrong} of {self._audited} audited decisions disagreed with a "
+            f"second test at level 1e-6 ({rate:.1%}; about {per_draw:.2f} wrong decisions per "
+            f"draw, above {WRONG_PER_DRAW_ALARM:g}): the chain's law is off the posterior "
+            "(Korattikara et al. 2014, Theorem 1). Lower epsilon, or use the residual test "
+            "(control variates)."
+        )

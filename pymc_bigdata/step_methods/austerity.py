@@ -34,6 +34,7 @@ from pymc_bigdata.model.difference_terms import control_variate_sum
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.decision_audit import AUDIT_EVERY, DecisionAudit
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
@@ -68,6 +69,8 @@ class _Decision(NamedTuple):
     clt_error: float
     exact: bool
     finite: bool
+    audited: bool = False
+    wrong: bool = False
 
 
 class _NonFinite(Exception):
@@ -113,6 +116,13 @@ class AusterityMH(SubsamplingStep):
         As the base's (default True: second order where the dense Hessian exists, else
         first): the test then reads the rows' residuals against their Taylor terms, whose
         full-data sum enters exactly. ``False``: the paper's plain differences.
+    test
+        ``"residuals"`` (the default with control variates) or ``"plain"`` (the paper's).
+    audit_every
+        One kept decision in this many is decided again at level ``1e-6`` from rows of its
+        own (:mod:`~pymc_bigdata.step_methods.decision_audit`); the share that disagreed
+        feeds an alarm and the stats ``audited`` and ``audit_wrong``. It does not change the
+        draws. Default 50; ``None`` switches the audit off.
     **kwargs
         The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
         ``preconditioner``, ``adapt``, ``layer``, ``rng``...
@@ -145,6 +155,8 @@ class AusterityMH(SubsamplingStep):
         "clt_error": (np.float64, []),
         "exact_fraction": (np.float64, []),
         "nonfinite": (np.int64, []),
+        "audited": (np.int64, []),
+        "audit_wrong": (np.int64, []),
     }
 
     off_target_consequence: ClassVar[str] = "Its decisions may be wrong more often than epsilon."
@@ -161,6 +173,7 @@ class AusterityMH(SubsamplingStep):
         target_accept: float | None = None,
         control_variates: bool | str = True,
         test: str | None = None,
+        audit_every: int | None = AUDIT_EVERY,
         **kwargs,
     ):
         if isinstance(epsilon, bool) or not (
@@ -193,6 +206,11 @@ class AusterityMH(SubsamplingStep):
                     f"AusterityMH has no {key!r}: its test reads rows without replacement, "
                     "all of them equally likely, and no gradient noise enters its target."
                 )
+        if audit_every is not None and (
+            isinstance(audit_every, bool) or not isinstance(audit_every, int) or audit_every < 1
+        ):
+            raise ValueError(f"audit_every must be an integer >= 1 or None, got {audit_every!r}.")
+        self.audit_every = audit_every
         self.epsilon = float(epsilon)
         self._given_proposal = proposal
         self._given_target = target_accept
@@ -254,6 +272,11 @@ class AusterityMH(SubsamplingStep):
     def _reset_chain_state(self) -> None:
         super()._reset_chain_state()
         self._decisions: list[_Decision] = []
+        audit_on = self.audit_every is not None and self.epsilon > 0
+        pool = self.layer.n_rows - len(self.census)
+        self._audit = (
+            DecisionAudit(pool, self.batch_size, self.audit_every, self.rng) if audit_on else None
+        )
 
     def _reset_kernel_state(self) -> None:
         """Forget the cached known terms (the coordinates or the anchor moved)."""
@@ -281,15 +304,16 @@ class AusterityMH(SubsamplingStep):
         self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
         return value, drift
 
-    def _row_differences(self, theta_new: np.ndarray, theta: np.ndarray):
-        """``next_differences`` of the test: the next rows of a fresh permutation, their
-        residual (or plain) differences between ``theta`` and ``theta_new``."""
-        self._permutation.start(self.rng)
+    def _row_differences(
+        self, theta_new: np.ndarray, theta: np.ndarray, permutation: LazyPermutation
+    ):
+        """``next_differences`` of a test: the next rows of ``permutation`` (started by the
+        caller), their residual (or plain) differences between ``theta`` and ``theta_new``."""
         terms, order = self.layer.difference_terms, self.cv_order
         anchor = self.anchor if self.test == "residuals" else None
 
         def next_differences(k: int) -> np.ndarray:
-            drawn = self._permutation.next(k)
+            drawn = permutation.next(k)
             rows = self.layer.take_rows(drawn if self._pool is None else self._pool[drawn])
             self._rows_read += k
             try:
@@ -307,7 +331,6 @@ class AusterityMH(SubsamplingStep):
         stratum of rows that would dominate the test's variance, e.g. a rare outcome's)."""
         if self.minibatches.census_rows is None:
             return 0.0
-        self._permutation.start(self.rng)  # this decision's permutation: none drawn yet
         self._rows_read += len(self.census)
         anchor = self.anchor if self.test == "residuals" else None
         try:
@@ -355,18 +378,21 @@ class AusterityMH(SubsamplingStep):
         n_census = len(self.census)
         pool = self.layer.n_rows - n_census
         try:
+            self._permutation.start(self.rng)  # this decision's rows: none drawn yet
             known += self._census_sum(theta_new, theta)
-            result = mh_decision(
+            decided = mh_decision(
                 proposal,
                 known,
-                self._row_differences(theta_new, theta),
+                self._row_differences(theta_new, theta, self._permutation),
                 pool,
                 self.batch_size,
                 self.epsilon,
                 self.rng,
-            ).test
+            )
         except _NonFinite:
             return z, rejected._replace(rows=self._permutation.drawn + n_census)
+        result = decided.test
+        audited, wrong = self._audit_decision(decided, theta_new, theta, pool)
         decision = _Decision(
             bool(result.accept),
             result.rows + n_census,
@@ -375,8 +401,26 @@ class AusterityMH(SubsamplingStep):
             result.clt_error if result.rows < pool else math.nan,
             result.rows >= pool,
             True,
+            audited,
+            wrong,
         )
         return (proposal.position if result.accept else z), decision
+
+    def _audit_decision(self, decided, theta_new: np.ndarray, theta: np.ndarray, pool: int):
+        """``(audited, wrong)``: a kept decision's second opinion when one is due (a decision
+        that read every row is exact, so it agrees). Rows whose difference is not finite make
+        exact MH reject."""
+        if self._audit is None or self.tune or not self._audit.due():
+            return False, False
+        if decided.test.rows >= pool:
+            return True, False
+        try:
+            accept = self._audit.redecide(
+                decided.mu0, lambda perm: self._row_differences(theta_new, theta, perm)
+            )
+        except _NonFinite:
+            accept = False
+        return True, accept != decided.test.accept
 
     def _transitions(
         self, z0: np.ndarray, oracle: GradientOracle | None
@@ -420,6 +464,8 @@ class AusterityMH(SubsamplingStep):
             "clt_error": clt,
             "exact_fraction": sum(d.exact for d in decisions) / count,
             "nonfinite": nonfinite,
+            "audited": sum(d.audited for d in decisions),
+            "audit_wrong": sum(d.wrong for d in decisions),
         }
 
     def _make_alarms(self) -> list[AusterityAlarm]:

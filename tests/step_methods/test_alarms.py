@@ -20,6 +20,7 @@ from pymc_bigdata.step_methods.alarms import (
     HMCECSAlarm,
     SBPSAlarm,
 )
+from pymc_bigdata.step_methods.decision_audit import AUDIT_MIN_WRONG, WRONG_PER_DRAW_ALARM
 
 
 def _hmcecs_stats(sign=1, subsample_accept=0.9, loglik_var=1.0, truncated=False):
@@ -92,8 +93,15 @@ def test_sbps_alarm_fires_beyond_the_share():
     assert any("stopped after" in p for p in _sbps(0, 0.0, 20_000, exhausted=2))
 
 
-def _decision(accepted=True, finite=True, exact=False, clt_error=0.01):
-    return SimpleNamespace(accepted=accepted, finite=finite, exact=exact, clt_error=clt_error)
+def _decision(accepted=True, finite=True, exact=False, clt_error=0.01, audited=False, wrong=False):
+    return SimpleNamespace(
+        accepted=accepted,
+        finite=finite,
+        exact=exact,
+        clt_error=clt_error,
+        audited=audited,
+        wrong=wrong,
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.05])
@@ -126,3 +134,26 @@ def test_austerity_alarm(epsilon):
     assert fired == [epsilon > 0, epsilon > 0]
     # met only in tuning (an early proposal's overflow far out): not a problem of the draws
     assert not any("not finite" in p for p in problems(nonfinite, kept=False))
+
+
+def test_austerity_audit_alarm():
+    """The audit's rule: wrong decisions per kept draw above ``WRONG_PER_DRAW_ALARM`` from at
+    least ``AUDIT_MIN_WRONG`` of them fire; fewer, a lower rate, or tuning draws don't.
+
+    Mutation: the rate taken per audited decision instead of per draw (no factor of the
+    decisions per draw): 3 wrong of 100 audits at 10 decisions a draw (0.3 per draw) would
+    read 0.03 and stay quiet."""
+
+    def problems(wrong_draws: int, steps: int = 10, draws: int = 100, kept: bool = True):
+        alarm = AusterityAlarm(epsilon=0.05, consequence="", scales=None)
+        for i in range(draws):
+            audited = _decision(audited=True, wrong=i < wrong_draws)
+            alarm.record([audited] + [_decision() for _ in range(steps - 1)], kept=kept)
+        return [p for p in alarm.problems("AusterityMH") if "audited" in p]
+
+    assert len(problems(3)) == 1  # 3 % of the audits wrong, 10 decisions a draw: 0.3 a draw
+    assert "3 of 100 audited decisions" in problems(3)[0]
+    assert problems(3, kept=False) == []  # tuning decisions are never audited or counted
+    assert problems(AUDIT_MIN_WRONG - 1, steps=1000) == []  # one wrong decision: no rate
+    assert problems(3, steps=5) == []  # 0.15 wrong decisions a draw: below the threshold
+    assert WRONG_PER_DRAW_ALARM == pytest.approx(0.2)

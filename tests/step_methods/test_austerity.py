@@ -74,9 +74,10 @@ def _record_decisions(monkeypatch):
     original_differences = austerity_module.AusterityMH._row_differences
     original_decision = austerity_module.mh_decision
 
-    def row_differences(self, theta_new, theta):
-        records.append({"theta": theta.copy(), "theta_new": theta_new.copy()})
-        return original_differences(self, theta_new, theta)
+    def row_differences(self, theta_new, theta, permutation):
+        if permutation is self._permutation:  # the decision's test, not the audit's
+            records.append({"theta": theta.copy(), "theta_new": theta_new.copy()})
+        return original_differences(self, theta_new, theta, permutation)
 
     def decision(proposal, *args, **kwargs):
         result = original_decision(proposal, *args, **kwargs)
@@ -251,6 +252,65 @@ def test_declared_stats_are_recorded(default_run):
     assert np.all((stats.test_error.values >= 0) & (stats.test_error.values < step.epsilon))
     assert float(stats.exact_fraction.mean()) < 1.0 and float(stats.test_error.max()) > 0.0
     assert not stats.diverging.values.any() and np.all(stats.nonfinite.values == 0)
+
+
+def _exact_margins(records, model, layer) -> np.ndarray:
+    """``log p(theta') - log p(theta) + log q ratio - log u`` of each recorded decision, from
+    PyMC's own compiled full-data ``logp`` (independent of the layer)."""
+    logp = model.compile_logp()
+    slices = layer.value_var_slices()
+
+    def log_post(theta):
+        return logp({name: theta[s].reshape(shape) for name, s, shape in slices})
+
+    return np.array(
+        [log_post(r["theta_new"]) - log_post(r["theta"]) + r["log_q"] - r["log_u"] for r in records]
+    )
+
+
+def test_the_audit_counts_the_decisions_exact_mh_overturns(logistic, monkeypatch):
+    """With ``audit_every=1`` every kept decision is audited, and ``audit_wrong`` counts
+    exactly the kept decisions whose outcome differs from exact MH's (same proposal, same u,
+    PyMC's full-data ``logp``). The plain test at epsilon = 0.2 errs often enough to count.
+    Caught when broken: the second test drawing its own u (a new threshold), comparing with
+    the wrong outcome, or the audit counting tuning decisions."""
+    model, layer = logistic
+    records = _record_decisions(monkeypatch)
+    kwargs = {"proposal": "rw", "control_variates": False, "epsilon": 0.2, "audit_every": 1}
+    step = pmb.AusterityMH(model=model, layer=layer, **kwargs)
+    with model:
+        idata = pm.sample(
+            step=step, tune=30, draws=40, chains=1, random_seed=4, progressbar=False,
+            compute_convergence_checks=False, discard_tuned_samples=False,
+        )  # fmt: skip
+    assert int(idata.warmup_sample_stats.audited.sum()) == 0
+    stats = idata.sample_stats
+    kept = records[-int(stats.n_steps.sum()) :]
+    wrong = sum(r["accept"] != (m > 0) for r, m in zip(kept, _exact_margins(kept, model, layer)))
+    assert int(stats.audited.sum()) == len(kept)
+    assert wrong >= 3
+    assert int(stats.audit_wrong.sum()) == wrong
+
+
+def test_the_audit_leaves_the_draws_alone(logistic):
+    """The audit's rows come from a generator of its own: the draws are the same with the
+    audit on (every decision) or off. Caught when broken: the audit's permutation drawing
+    from the chain's generator."""
+    model, layer = logistic
+    kwargs = {"proposal": "rw", "control_variates": False, "epsilon": 0.2}
+    runs = [
+        sample_two_chains(
+            model,
+            pmb.AusterityMH(model=model, layer=layer, audit_every=every, **kwargs),
+            seed=5,
+            draws=30,
+            tune=30,
+        )
+        for every in (1, None)
+    ]
+    assert np.array_equal(runs[0].posterior["beta"].values, runs[1].posterior["beta"].values)
+    assert int(runs[0].sample_stats.audited.sum()) > 0
+    assert int(runs[1].sample_stats.audited.sum()) == 0
 
 
 def layer_rows(step) -> int:
