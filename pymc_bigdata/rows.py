@@ -176,7 +176,7 @@ class RowSource:
         with bar:
             for start in range(0, self.n_rows, chunk_rows):
                 stop = min(start + chunk_rows, self.n_rows)
-                yield _cast([c.read(start, stop) for c in self.columns], self._out_dtypes)
+                yield _cast([c.read_pass(start, stop) for c in self.columns], self._out_dtypes)
                 self.rows_streamed += stop - start
                 bar.update(stop - start)
 

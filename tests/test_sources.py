@@ -67,6 +67,31 @@ def test_chunked_take_decodes_each_block_once(stored):
     assert column.cache.decoded == 2
 
 
+def test_a_pass_decodes_each_block_once_whatever_its_reads(stored, monkeypatch):
+    """A full-data pass in reads of 16 rows over 64-row zarr chunks (issue 27: 65,536-row
+    reads over 500,000-row chunks) decodes each chunk once and hands out the stored rows in
+    order. Read directly, each chunk was decoded once per read that met it: 4 times here."""
+    array, path = stored
+    column = as_column(path / "x.zarr", "x")
+    decoded = []  # the chunks each zarr read decodes
+    read = ZarrColumn.read
+
+    def counted(self, start, stop):
+        decoded.extend(range(start // 64, (stop - 1) // 64 + 1))
+        return read(self, start, stop)
+
+    monkeypatch.setattr(ZarrColumn, "read", counted)
+    rows = RowSource([column], ["x"], progress=False)
+    streamed = np.concatenate([chunk[0] for chunk in rows.chunks(16)])
+    np.testing.assert_array_equal(streamed, array)
+    assert sorted(decoded) == list(range(16))  # 1,000 rows in 16 chunks, each decoded once
+    # reads longer than a block still read straight from the store (a chunk that two reads
+    # share is decoded by both)
+    decoded.clear()
+    np.testing.assert_array_equal(np.concatenate([c[0] for c in rows.chunks(300)]), array)
+    assert set(decoded) == set(range(16)) and len(decoded) == 16 + 3
+
+
 def test_file_backed_columns_pickle_without_their_data(stored):
     """A .npy or zarr column pickles as its path (a few hundred bytes), not 12 kB of rows."""
     columns = _columns(stored)

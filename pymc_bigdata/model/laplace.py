@@ -196,6 +196,7 @@ def find_map(
         else next(passes.rows.chunks(n_rows))
     )
     theta = _lbfgs(_scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
+    n_sub = len(sub_rows[0])  # a block gather returns whole blocks: about n_sub rows, not n_sub
     theta, n_eval, hessian_point, loglik_hess = _refine(passes, theta, sub_rows, n_sub, maxiter)
     result = _mode_result(passes, theta, n_eval, hessian_point, loglik_hess)
     if MAP_DECREMENT_TOLERANCE < result.newton_decrement < math.inf:
