@@ -20,6 +20,12 @@ Usage::
 
     python benchmarks/big_data.py --rows 10_000_000 --dim 20 --store /tmp/pmb_store
     python benchmarks/big_data.py --rows 100_000_000 --dim 10 --store /tmp/pmb_store
+    python benchmarks/big_data.py --rows 10_000_000 --store-chunk 500_000 --zstd
+
+``--store-chunk`` sets the rows per zarr chunk (default 65,536) and ``--zstd`` compresses
+the chunks with zstd (zarr's default codec; default: uncompressed), the layout a user's own
+store may have (issue 27); the results file's name then says so
+(``big_data_n1e7_c500000_zstd``).
 
 Results go to ``benchmarks/results/big_data_n1e7.{md,json}`` (``n1e8`` for 1e8 rows), with
 the commit they were run at.
@@ -48,26 +54,30 @@ def true_beta(dim: int) -> np.ndarray:
     return 0.5 * (-1.0) ** k / np.sqrt(k + 1)
 
 
-def write_store(path: Path, n_rows: int, dim: int, seed: int) -> float:
-    """Write X and y to ``path`` (zarr v3, uncompressed chunks of CHUNK_ROWS rows)."""
+def write_store(
+    path: Path, n_rows: int, dim: int, seed: int, chunk_rows: int = CHUNK_ROWS, zstd=False
+) -> float:
+    """Write X and y to ``path`` (zarr v3, chunks of ``chunk_rows`` rows, uncompressed or
+    zstd-compressed)."""
     import zarr
 
+    compressors = "auto" if zstd else None  # zarr v3's default codec is zstd
     start = time.perf_counter()
     path.mkdir(parents=True, exist_ok=True)
     X = zarr.create_array(
         str(path / "X.zarr"),
         shape=(n_rows, dim),
-        chunks=(CHUNK_ROWS, dim),
+        chunks=(chunk_rows, dim),
         dtype="float32",
-        compressors=None,
+        compressors=compressors,
         overwrite=True,
     )
     y = zarr.create_array(
         str(path / "y.zarr"),
         shape=(n_rows,),
-        chunks=(CHUNK_ROWS,),
+        chunks=(chunk_rows,),
         dtype="int8",
-        compressors=None,
+        compressors=compressors,
         overwrite=True,
     )
     beta = true_beta(dim)
@@ -77,7 +87,8 @@ def write_store(path: Path, n_rows: int, dim: int, seed: int) -> float:
         x = rng.standard_normal((e - s, dim), dtype=np.float32)
         X[s:e] = x
         y[s:e] = (rng.random(e - s) < 1 / (1 + np.exp(-(x @ beta)))).astype(np.int8)
-    (path / "meta.json").write_text(json.dumps({"n_rows": n_rows, "dim": dim, "seed": seed}))
+    meta = {"n_rows": n_rows, "dim": dim, "seed": seed, "chunk_rows": chunk_rows, "zstd": zstd}
+    (path / "meta.json").write_text(json.dumps(meta))
     return time.perf_counter() - start
 
 
@@ -161,15 +172,20 @@ def main() -> None:
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--phase", choices=["all", "sample"], default="all")
+    parser.add_argument("--store-chunk", type=lambda s: int(float(s)), default=CHUNK_ROWS)
+    parser.add_argument("--zstd", action="store_true")
     parser.add_argument(
         "--render", action="store_true", help="only re-write the .md from the stored .json"
     )
     args = parser.parse_args()
     tag = f"n1e{round(math.log10(args.rows))}"
+    layout = "" if args.store_chunk == CHUNK_ROWS else f"_c{args.store_chunk}"
+    layout += "_zstd" if args.zstd else ""
+    tag += layout
     if args.render:
         write_results(tag, json.loads((RESULTS / f"big_data_{tag}.json").read_text()))
         return
-    store = args.store / f"n{args.rows}_d{args.dim}"
+    store = args.store / f"n{args.rows}_d{args.dim}{layout}"
     if args.phase == "sample":
         out = sample(store, args.dim, args.draws, args.tune, args.chains, args.seed)
         print("RESULT " + json.dumps(out))
@@ -177,7 +193,7 @@ def main() -> None:
     meta = store / "meta.json"
     write_s = None
     if not meta.exists() or json.loads(meta.read_text())["n_rows"] != args.rows:
-        write_s = write_store(store, args.rows, args.dim, args.seed)
+        write_s = write_store(store, args.rows, args.dim, args.seed, args.store_chunk, args.zstd)
     ref = reference(store, args.dim)
     cmd = [sys.executable, __file__, "--phase", "sample", *sys.argv[1:]]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -195,6 +211,8 @@ def main() -> None:
         "commit": commit,
         "n_rows": args.rows,
         "dim": args.dim,
+        "store_chunk": args.store_chunk,
+        "zstd": args.zstd,
         "write_s": write_s,
         "draws": args.draws,
         "tune": args.tune,
@@ -220,9 +238,10 @@ def report(r: dict) -> str:
     n, d, commit = r["n_rows"], r["dim"], r["commit"]
     return f"""# Big data from a zarr store: N = {n:,}, d = {d} (commit {commit})
 
-`python benchmarks/big_data.py --rows {r["n_rows"]} --dim {r["dim"]}`; SGHMC defaults through
-`pm.sample` ({r["tune"]} tune + {r["draws"]} draws, {r["chains"]} chains, cores=1), X float32
-and y int8 read only through `pmb.Data` ({r["gather"]} gathers), on this machine (2 cores).
+`python benchmarks/big_data.py --rows {r["n_rows"]} --dim {r["dim"]}{_layout_args(r)}`; SGHMC
+defaults through `pm.sample` ({r["tune"]} tune + {r["draws"]} draws, {r["chains"]} chains,
+cores=1), X float32 and y int8 in {_layout(r)}, read only through `pmb.Data`
+({r["gather"]} gathers), on this machine (2 cores).
 
 | quantity | value |
 |---|---|
@@ -243,6 +262,18 @@ package's code), computed just before the measured run: the store was then in th
 operating system's page cache (this machine has 24 GB), so the times are for reads from the
 page cache, not from a cold disk. {_written(r)}
 """
+
+
+def _layout_args(r: dict) -> str:
+    chunk = r.get("store_chunk", CHUNK_ROWS)
+    return (f" --store-chunk {chunk}" if chunk != CHUNK_ROWS else "") + (
+        " --zstd" if r.get("zstd") else ""
+    )
+
+
+def _layout(r: dict) -> str:
+    codec = "zstd-compressed" if r.get("zstd") else "uncompressed"
+    return f"{codec} zarr chunks of {r.get('store_chunk', CHUNK_ROWS):,} rows"
 
 
 def _written(r: dict) -> str:

@@ -36,6 +36,7 @@ from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.decision_audit import AUDIT_EVERY, DecisionAudit
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["AusterityMH"]
@@ -129,6 +130,7 @@ class AusterityMH(SubsamplingStep):
     """
 
     name = "austerity_mh"
+    progress_field = ProgressField("test_error", "Test p-value", "0.2g")
     #: Korattikara, Chen & Welling (2014), Algorithm 1 with the random-walk proposal of Sec.
     #: 6.1 and none of our extensions: the plain per-row differences (no control variates, so
     #: no residual test and no census rows), no preconditioner, the model's own coordinates,

@@ -36,6 +36,7 @@ from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
 from pymc_bigdata.step_methods.base import step_own_vars
 from pymc_bigdata.step_methods.diagnostics import bias_warning
+from pymc_bigdata.step_methods.progress import ProgressField, progressbar_config, update_functions
 
 __all__ = ["AusterityGibbs"]
 
@@ -104,6 +105,20 @@ class AusterityGibbs(ArrayStepShared):
     """
 
     name = "austerity_gibbs"
+    #: its progress-bar columns: the draw's flips and the decisions' mean final p-value
+    PROGRESS_FIELDS = (
+        ProgressField("flips", "Flips", "d"),
+        ProgressField("test_error", "Test p-value", "0.2g"),
+    )
+
+    def _progressbar_config(self, n_chains: int = 1):
+        """PyMC's progress-bar columns (:mod:`.progress`)."""
+        return progressbar_config(self.PROGRESS_FIELDS, n_chains)
+
+    def _make_progressbar_update_functions(self):
+        """PyMC's progress-bar values from a draw's stats (:mod:`.progress`)."""
+        return update_functions(self.PROGRESS_FIELDS)
+
     default_blocked = True
     #: Korattikara et al. (2014), Sec. 5 as Sec. 6.3 runs it: a per-look level of 0.05 (their
     #: Gibbs runs sweep 0.01-0.25; 0.05 is also their MH default; ours is 0.001) and

@@ -44,6 +44,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
 from pymc_bigdata.step_methods.minibatches import Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
+from pymc_bigdata.step_methods.progress import ProgressColumns
 from pymc_bigdata.step_methods.settings import (
     EXTENSIONS_OFF,
     check_adapt,
@@ -64,7 +65,7 @@ MEASURE_EVERY = 10
 MAX_INNER_STEPS = 100
 
 
-class SubsamplingStep(ArrayStepShared):
+class SubsamplingStep(ProgressColumns, ArrayStepShared):
     """Shared machinery of the minibatch step methods (see the module docstring).
 
     Parameters

@@ -35,6 +35,7 @@ COMMON_STATS: dict[str, tuple[Any, list | None]] = {
     "virial": (np.float64, []),
     "cv_order": (np.int64, []),
     "diverging": (bool, []),
+    "divergences": (np.int64, []),
     "tune": (bool, []),
     "warning": (SamplerWarning, None),
 }
@@ -60,6 +61,7 @@ def common_stats(
         "virial": draw.virial,
         "cv_order": step.cv_order,
         "diverging": draw.diverging,
+        "divergences": 0,  # the chain's count after tuning: ChainReport.observe sets it
         "tune": step.tune,
         "warning": None,
     }
@@ -100,13 +102,17 @@ class ChainReport:
         self.noise_bound = noise_bound
         self.consequence = consequence
         self.warned_divergence = False
+        self.divergences = 0
 
     def observe(
         self, stats: dict[str, Any], kinetic_temperature: float, position: np.ndarray
     ) -> None:
         """A kept draw after tuning (at ``position``, the model's coordinates, as the draws
         are returned): the monitor and each alarm see its statistics, the crawl watch its
-        position."""
+        position. Sets the stat ``divergences``, the chain's diverging draws so far after
+        tuning (as NUTS counts them)."""
+        self.divergences += bool(stats["diverging"])
+        stats["divergences"] = self.divergences
         self.monitor.add(stats["virial"], stats["noise_share"], kinetic_temperature)
         self.crawl.add(position)
         for alarm in self.alarms:

@@ -18,6 +18,7 @@ from pymc_bigdata.kernels.ewsg import (
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["EWSG"]
@@ -67,6 +68,8 @@ class EWSG(SubsamplingStep):
     """
 
     name = "ewsg"
+    #: the index chain's acceptance (1: flat weights)
+    progress_field = ProgressField("index_accept", "Index accept", "0.2f")
     default_step_size: ClassVar[float] = 0.7
     default_step_size_euler: ClassVar[float] = 0.1
     default_friction: ClassVar[float] = 1.0

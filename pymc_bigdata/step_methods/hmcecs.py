@@ -44,6 +44,7 @@ from pymc_bigdata.step_methods.hmcecs_settings import (
 )
 from pymc_bigdata.step_methods.hmcecs_stats import HMCECS_STATS, draw_stats
 from pymc_bigdata.step_methods.hmcecs_subsample import SubsampleSettings, SubsampleTuner
+from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
 __all__ = ["HMCECS"]
@@ -118,6 +119,8 @@ class HMCECS(SubsamplingStep):
     """
 
     name = "hmcecs"
+    #: sigma_hat^2, the variance of the log-likelihood estimate
+    progress_field = ProgressField("loglik_var", "Loglik var", "0.3g")
     accept_step = True
     watches_stability = False
     reads_oracle = False

@@ -21,6 +21,7 @@ from pymc_bigdata.kernels.sbps import (
 from pymc_bigdata.step_methods.alarms import SBPSAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.sbps_paths import PathFunctions, continuous_estimates
 from pymc_bigdata.step_methods.sbps_tuning import DEFAULT_K, TravelTimeAndBand
 from pymc_bigdata.step_methods.settings import check_independent_rows, check_positive
@@ -136,6 +137,8 @@ class SBPS(SubsamplingStep):
     """
 
     name = "sbps"
+    #: the draw's bound violations
+    progress_field = ProgressField("violations", "Violations", "d")
     #: Pakman et al. (2017) as Sec. 7.1 runs it, with none of our extensions: plain
     #: minibatch estimates (Eq. 7) of n = 100 independently drawn rows, the model's own
     #: coordinates, k = 3 (Eq. 13, not tuned), no refreshment, Eq. 12's band (no misfit

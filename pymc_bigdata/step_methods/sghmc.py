@@ -16,6 +16,7 @@ from pymc_bigdata.kernels.sghmc import (
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
 
 __all__ = ["SGHMC"]
@@ -59,6 +60,8 @@ class SGHMC(SubsamplingStep):
     """
 
     name = "sghmc"
+    #: the gradient noise's share of the stationary variance
+    progress_field = ProgressField("noise_share", "Noise share", "0.3f")
     default_step_size: ClassVar[float] = 0.7
     #: Eq. 15's default, whose stationary sd is 0.8 % too wide on a unit Gaussian (0.7 gave 11 %)
     default_step_size_eq15: ClassVar[float] = 0.25

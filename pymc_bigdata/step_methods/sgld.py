@@ -11,6 +11,7 @@ from pymc_bigdata.adaptation import mean_share_bound
 from pymc_bigdata.kernels.sgld import sgld_steps
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.progress import ProgressField
 
 __all__ = ["SGLD"]
 
@@ -39,6 +40,8 @@ class SGLD(SubsamplingStep):
     """
 
     name = "sgld"
+    #: the gradient noise's share of the stationary variance
+    progress_field = ProgressField("noise_share", "Noise share", "0.3f")
     default_step_size: ClassVar[float] = 0.2
     #: Welling & Teh (2011), Eq. 4, with none of our extensions: plain minibatch gradients
     #: of rows drawn uniformly at random and independently, no preconditioner, no census
