@@ -15,7 +15,7 @@ coordinates), min bulk ESS, whether it is **in band** (min bulk ESS at least
 ``MIN_ESS`` = 100, max error at most ``max(0.1, 4 / sqrt(min ESS))`` and every sd ratio
 within ``1 +- max(0.1, 4 / sqrt(2 min ESS))``: the issue's bars for the defaults, widened
 where the Monte Carlo error is larger; a chain with fewer effective draws is no sample),
-the sampler's alarms (a ``BiasWarning``, or divergences) and ``pmb.score_check``'s
+the sampler's alarms (a ``BiasWarning``, or divergences) and ``pmbd.score_check``'s
 verdict::
 
     .venv/bin/python benchmarks/alarm_calibration.py   # writes results/alarm_calibration.md
@@ -37,7 +37,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -47,13 +47,13 @@ from report import git_revision  # noqa: E402
 
 TARGET = "scale_regression"
 SAMPLERS = {
-    "SGHMC": pmb.SGHMC,
-    "SGLD": pmb.SGLD,
-    "SBPS": pmb.SBPS,
-    "HMCECS": pmb.HMCECS,
-    "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
-    "EWSG": pmb.EWSG,
-    "AusterityMH": pmb.AusterityMH,
+    "SGHMC": pmbd.SGHMC,
+    "SGLD": pmbd.SGLD,
+    "SBPS": pmbd.SBPS,
+    "HMCECS": pmbd.HMCECS,
+    "HMCECS-signed": partial(pmbd.HMCECS, estimator="signed"),
+    "EWSG": pmbd.EWSG,
+    "AusterityMH": pmbd.AusterityMH,
 }
 SEEDS = (1, 2, 3)
 #: fewer effective draws than this (of 2,000) are no usable sample: off target
@@ -87,10 +87,10 @@ def run(model, ref, make, seed: int) -> dict:
             compute_convergence_checks=False,
         )
     err, low, high, ess = accuracy(idata, model, ref)
-    alarm = any(issubclass(w.category, pmb.BiasWarning) for w in caught)
+    alarm = any(issubclass(w.category, pmbd.BiasWarning) for w in caught)
     divergences = int(idata.sample_stats["diverging"].values.sum())
     try:
-        check = pmb.score_check(idata, model, layer=step.layer, warn=False, store=False)
+        check = pmbd.score_check(idata, model, layer=step.layer, warn=False, store=False)
         score = f"{'flags' if check.off_target else 'quiet'} ({check.virial_ratio:.2f})"
     except ValueError as error:  # too few effective draws
         score = f"n/a ({str(error).split(':')[0]})"
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
     parser.add_argument("--target", default=TARGET, choices=list(MODELS))
     args = parser.parse_args(argv)
     model, ref = reference(args.target)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     lines = [
         "| sampler | run | seed | max \\|Δmean\\|/sd | sd ratio | min ESS | in band | alarm "
         "| divergences | score_check (virial ratio) |",

@@ -34,7 +34,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.datasets import (
     variable_selection_data,
     variable_selection_exact,
@@ -113,8 +113,8 @@ def sampling_runs(X, y, exact) -> list[dict]:
     mixed = (exact > 0.05) & (exact < 0.95)
     runs = {
         "AusterityGibbs(0.001) + AusterityMH (defaults)": lambda: [
-            pmb.AusterityGibbs([model["include"]]),
-            pmb.AusterityMH([model["beta"]]),
+            pmbd.AusterityGibbs([model["include"]]),
+            pmbd.AusterityMH([model["beta"]]),
         ],
         "BinaryGibbsMetropolis + NUTS (PyMC, full data)": lambda: [
             pm.BinaryGibbsMetropolis([model["include"]]),

@@ -4,7 +4,7 @@ Writes a zarr store of ``N`` rows (``X``: N x d float32, iid standard normal; ``
 Bernoulli-logit with coefficients ``beta_k = 0.5 (-1)^k / sqrt(k + 1)``), computes an
 independent reference (the Laplace fit at the full-data MAP, by numpy Newton steps streamed
 over the store, outside the package), then samples in a fresh process that reads the store
-only through ``pmb.Data``, and reports:
+only through ``pmbd.Data``, and reports:
 
 * set-up time (the step's MAP search, Laplace fit, census) and sampling time;
 * data passes: rows read by full-data passes (``RowSource.rows_streamed``) and by the
@@ -115,19 +115,19 @@ def reference(path: Path, dim: int) -> dict:
 
 
 def sample(path: Path, dim: int, draws: int, tune: int, chains: int, seed: int) -> dict:
-    """The measured run (a fresh process): pmb.Data on the stores, SGHMC defaults."""
+    """The measured run (a fresh process): pmbd.Data on the stores, SGHMC defaults."""
     import arviz as az
     import pymc as pm
 
-    import pymc_bigdata as pmb
+    import pymc_bigdata as pmbd
 
     start = time.perf_counter()
     with pm.Model():
-        X = pmb.Data("X", path / "X.zarr")
-        y = pmb.Data("y", path / "y.zarr")
+        X = pmbd.Data("X", path / "X.zarr")
+        y = pmbd.Data("y", path / "y.zarr")
         beta = pm.Normal("beta", 0.0, 1.0, shape=dim)
         pm.Bernoulli("obs", logit_p=X @ beta, observed=y)
-        step = pmb.SGHMC()
+        step = pmbd.SGHMC()
         setup_s = time.perf_counter() - start
         streamed_setup = step.layer.rows.rows_streamed
         start = time.perf_counter()
@@ -240,7 +240,7 @@ def report(r: dict) -> str:
 
 `python benchmarks/big_data.py --rows {r["n_rows"]} --dim {r["dim"]}{_layout_args(r)}`; SGHMC
 defaults through `pm.sample` ({r["tune"]} tune + {r["draws"]} draws, {r["chains"]} chains,
-cores=1), X float32 and y int8 in {_layout(r)}, read only through `pmb.Data`
+cores=1), X float32 and y int8 in {_layout(r)}, read only through `pmbd.Data`
 ({r["gather"]} gathers), on this machine (2 cores).
 
 | quantity | value |

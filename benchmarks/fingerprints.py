@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.demo import make_data
 
 TUNE, DRAWS, SEED = 200, 200, 20261124
@@ -66,14 +66,14 @@ def selection_model() -> pm.Model:
 
 
 SAMPLERS: dict[str, Callable[[pm.Model], object]] = {
-    "SGLD": lambda m: pmb.SGLD(),
-    "SGHMC": lambda m: pmb.SGHMC(),
-    "SBPS": lambda m: pmb.SBPS(),
-    "pSBPS": lambda m: pmb.pSBPS(),
-    "HMCECS-perturbed": lambda m: pmb.HMCECS(),
-    "HMCECS-signed": lambda m: pmb.HMCECS(estimator="signed"),
-    "EWSG": lambda m: pmb.EWSG(),
-    "AusterityMH": lambda m: pmb.AusterityMH(),
+    "SGLD": lambda m: pmbd.SGLD(),
+    "SGHMC": lambda m: pmbd.SGHMC(),
+    "SBPS": lambda m: pmbd.SBPS(),
+    "pSBPS": lambda m: pmbd.pSBPS(),
+    "HMCECS-perturbed": lambda m: pmbd.HMCECS(),
+    "HMCECS-signed": lambda m: pmbd.HMCECS(estimator="signed"),
+    "EWSG": lambda m: pmbd.EWSG(),
+    "AusterityMH": lambda m: pmbd.AusterityMH(),
 }
 
 TARGETS: dict[str, Callable[[], pm.Model]] = {
@@ -134,7 +134,7 @@ def run_all(only: list[str] | None) -> dict:
             binary = model["g"]
 
         def compound(m):
-            return [pmb.AusterityGibbs([binary]), pmb.SGHMC([cont])]
+            return [pmbd.AusterityGibbs([binary]), pmbd.SGHMC([cont])]
 
         results["selection/AusterityGibbs+SGHMC"] = run_one(model, compound)
         print("selection/AusterityGibbs+SGHMC", results["selection/AusterityGibbs+SGHMC"])

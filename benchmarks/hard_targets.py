@@ -2,10 +2,10 @@
 
 For each model with an exact reference (``tests/references/<name>.npz``: long NUTS runs or
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
-defaults of ``pmb.SGHMC()``, ``pmb.SGLD()`` and ``pmb.SBPS()`` (``--samplers`` picks others:
+defaults of ``pmbd.SGHMC()``, ``pmbd.SGLD()`` and ``pmbd.SBPS()`` (``--samplers`` picks others:
 ``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``, and HMC-ECS with its Taylor space
 forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``; on the
-SBPS paper's logistic regression every sampler but these three runs, with ``pmb.pSBPS()``
+SBPS paper's logistic regression every sampler but these three runs, with ``pmbd.pSBPS()``
 and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
@@ -34,7 +34,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -78,24 +78,24 @@ REFERENCE_FILE = {
 
 #: sampler name: factory (keyword arguments as for the class)
 SAMPLERS = {
-    "SGHMC": pmb.SGHMC,
-    "SGLD": pmb.SGLD,
-    "SBPS": pmb.SBPS,
-    "pSBPS": pmb.pSBPS,
-    "pSBPS-paper": partial(pmb.pSBPS, **pmb.pSBPS.PAPER_SETTINGS),
-    "HMCECS": pmb.HMCECS,
-    "HMCECS-signed": partial(pmb.HMCECS, estimator="signed"),
+    "SGHMC": pmbd.SGHMC,
+    "SGLD": pmbd.SGLD,
+    "SBPS": pmbd.SBPS,
+    "pSBPS": pmbd.pSBPS,
+    "pSBPS-paper": partial(pmbd.pSBPS, **pmbd.pSBPS.PAPER_SETTINGS),
+    "HMCECS": pmbd.HMCECS,
+    "HMCECS-signed": partial(pmbd.HMCECS, estimator="signed"),
     # the Taylor expansion's space forced (taylor_space="auto" picks it for the signed one)
-    "HMCECS-inputs": partial(pmb.HMCECS, taylor_space="likelihood_inputs"),
+    "HMCECS-inputs": partial(pmbd.HMCECS, taylor_space="likelihood_inputs"),
     "HMCECS-inputs-m1000": partial(
-        pmb.HMCECS, taylor_space="likelihood_inputs", subsample_size=1000
+        pmbd.HMCECS, taylor_space="likelihood_inputs", subsample_size=1000
     ),
-    "HMCECS-signed-parameters": partial(pmb.HMCECS, estimator="signed", taylor_space="parameters"),
-    "EWSG": pmb.EWSG,
-    "AusterityMH": pmb.AusterityMH,
+    "HMCECS-signed-parameters": partial(pmbd.HMCECS, estimator="signed", taylor_space="parameters"),
+    "EWSG": pmbd.EWSG,
+    "AusterityMH": pmbd.AusterityMH,
     # the paper's plain test on the paper's random walk, with our tuning and preconditioner
     "AusterityMH-plain": partial(
-        pmb.AusterityMH, test="plain", control_variates=False, proposal="rw"
+        pmbd.AusterityMH, test="plain", control_variates=False, proposal="rw"
     ),
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
@@ -201,7 +201,7 @@ def run_one(name: str, model, ref, sampler: str, reparameterize: bool = True) ->
         "cv_order": int(stats["cv_order"].values[0, -1]),
         "census": len(step.census),
         "divergences": int(stats["diverging"].values.sum()),
-        "bias_alarm": any(issubclass(w.category, pmb.BiasWarning) for w in caught),
+        "bias_alarm": any(issubclass(w.category, pmbd.BiasWarning) for w in caught),
         "map_problem": step.map_problem,
         "recentred": recentred(step.layer),
     }

@@ -31,7 +31,7 @@ from scoring import (
     stat_total,
 )
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 #: a notes function: (kept and warm-up draws, the scored row, its ``extra``) -> the notes
 Notes = Callable[[xr.DataTree, MethodResult, dict[str, Any]], str]
@@ -146,10 +146,10 @@ def hmcecs_notes(idata: xr.DataTree, res: MethodResult, extra: dict[str, Any]) -
 
 #: the notes of each step method's class (others: :func:`default_notes`)
 NOTES: dict[type, Notes] = {
-    pmb.SBPS: sbps_notes,
-    pmb.HMCECS: hmcecs_notes,
-    pmb.EWSG: ewsg_notes,
-    pmb.AusterityMH: austerity_notes,
+    pmbd.SBPS: sbps_notes,
+    pmbd.HMCECS: hmcecs_notes,
+    pmbd.EWSG: ewsg_notes,
+    pmbd.AusterityMH: austerity_notes,
 }
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -35,7 +35,7 @@ def main() -> None:
     kwargs = dict(chains=1, progressbar=False, compute_convergence_checks=False)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pmb.SGHMC()
+        step = pmbd.SGHMC()
         pm.sample(step=step, tune=50, draws=50, random_seed=0, **kwargs)  # compile
         profile = cProfile.Profile()
         start = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -87,41 +87,41 @@ AUSTERITY = (
 #: ewsg_nocv_iid, and the paper's weights' rows were independent too
 NOCV_STEPS = (0.005, 0.01, 0.02)
 NOCV_VARIANTS = {
-    "sghmc_nocv": OurMethod("ours SGHMC, no control variates", pmb.SGHMC, {}, 11),
+    "sghmc_nocv": OurMethod("ours SGHMC, no control variates", pmbd.SGHMC, {}, 11),
     "sghmc_nocv_iid": OurMethod(
         "ours SGHMC, no control variates, independent minibatches",
-        pmb.SGHMC,
+        pmbd.SGHMC,
         {"reshuffle": False},
         11,
     ),
     # SGHMC reading as many rows per step as EWSG (both candidates' rows in one minibatch)
     "sghmc_nocv_rows2": OurMethod(
         "ours SGHMC, no control variates, 2 x BATCH_SIZE rows per step",
-        pmb.SGHMC,
+        pmbd.SGHMC,
         {"batch_size": 2 * BATCH_SIZE},
         11,
     ),
     "sghmc_nocv_iid_rows2": OurMethod(
         "ours SGHMC, no control variates, independent minibatches, 2 x BATCH_SIZE rows per step",
-        pmb.SGHMC,
+        pmbd.SGHMC,
         {"batch_size": 2 * BATCH_SIZE, "reshuffle": False},
         11,
     ),
     "ewsg_nocv": OurMethod(
         "ours EWSG, no control variates, reshuffled minibatches",
-        pmb.EWSG,
+        pmbd.EWSG,
         {"index_weights": "linear"},
         53,
     ),
     "ewsg_nocv_iid": OurMethod(
         "ours EWSG, no control variates, independent minibatches",
-        pmb.EWSG,
+        pmbd.EWSG,
         {"index_weights": "linear", "reshuffle": False},
         53,
     ),
     "ewsg_nocv_paper": OurMethod(
         "ours EWSG, no control variates, the paper's index weights, independent minibatches",
-        pmb.EWSG,
+        pmbd.EWSG,
         {"index_weights": "paper", "reshuffle": False},
         53,
     ),
@@ -148,7 +148,7 @@ def _austerity_methods() -> dict[str, OurMethod]:
     grid = {
         f"austerity_{test}_eps{eps:g}": OurMethod(
             f"ours AusterityMH eps={eps:g}, {test} test",
-            pmb.AusterityMH,
+            pmbd.AusterityMH,
             {"epsilon": eps, "test": test},
             61,
         )
@@ -157,10 +157,10 @@ def _austerity_methods() -> dict[str, OurMethod]:
     # the default's Langevin proposal (drift: the Taylor model, no rows) against the paper's
     proposals = {
         "austerity_rw": OurMethod(
-            "ours AusterityMH, random walk", pmb.AusterityMH, {"proposal": "rw"}, 61
+            "ours AusterityMH, random walk", pmbd.AusterityMH, {"proposal": "rw"}, 61
         ),
         "austerity_sgld": OurMethod(
-            "ours AusterityMH, SGLD", pmb.AusterityMH, {"proposal": "sgld"}, 61
+            "ours AusterityMH, SGLD", pmbd.AusterityMH, {"proposal": "sgld"}, 61
         ),
     }
     return grid | proposals
@@ -168,18 +168,18 @@ def _austerity_methods() -> dict[str, OurMethod]:
 
 #: our step methods by command-line name
 OURS: dict[str, OurMethod] = {
-    "sghmc": OurMethod("ours SGHMC", pmb.SGHMC, {}, 11),
-    "sgld": OurMethod("ours SGLD", pmb.SGLD, {}, 23),
-    "sbps": OurMethod("ours SBPS", pmb.SBPS, {}, 3),
-    "hmcecs": OurMethod("ours HMCECS perturbed", pmb.HMCECS, {}, 41),
-    "hmcecs_signed": OurMethod("ours HMCECS signed", pmb.HMCECS, {"estimator": "signed"}, 43),
+    "sghmc": OurMethod("ours SGHMC", pmbd.SGHMC, {}, 11),
+    "sgld": OurMethod("ours SGLD", pmbd.SGLD, {}, 23),
+    "sbps": OurMethod("ours SBPS", pmbd.SBPS, {}, 3),
+    "hmcecs": OurMethod("ours HMCECS perturbed", pmbd.HMCECS, {}, 41),
+    "hmcecs_signed": OurMethod("ours HMCECS signed", pmbd.HMCECS, {"estimator": "signed"}, 43),
     "hmcecs_m1000": OurMethod(
         "ours HMCECS perturbed m=1000 G=100",
-        pmb.HMCECS,
+        pmbd.HMCECS,
         {"subsample_size": BATCH_SIZE, "blocks": 100},
         41,
     ),
-    "ewsg": OurMethod("ours EWSG", pmb.EWSG, {}, 53),
+    "ewsg": OurMethod("ours EWSG", pmbd.EWSG, {}, 53),
     **_nocv_methods(),
     **_austerity_methods(),
 }

@@ -16,7 +16,7 @@ import numpy as np
 import pymc as pm
 from protocol import RESULTS_DIR, Dataset
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def compute_reference(data: Dataset, model: pm.Model, n_samples: int, df: float)
     Reference
     """
     t0 = time.perf_counter()
-    fit = pmb.MinibatchModel(model).map_estimate()
+    fit = pmbd.MinibatchModel(model).map_estimate()
     theta, precision = fit.theta, fit.hessian
     cov = np.linalg.inv(precision)
     chol = np.linalg.cholesky(0.5 * (cov + cov.T))

@@ -3,7 +3,7 @@
 A. The kernel alone on unit Gaussians (d = 2 ... 200, exact gradients): travel ``2 sqrt(d)``
    per draw, refreshment ``f / sqrt(d)`` for f = 0.5 and 1; min bulk ESS per draw of x and
    of x^2 over 2000 draws.
-B. ``pmb.SBPS`` on the benchmark's N = 1e6, d = 30 logistic regression (``run.py``'s data and
+B. ``pmbd.SBPS`` on the benchmark's N = 1e6, d = 30 logistic regression (``run.py``'s data and
    reference), 2 chains x (1000 + 1000), seed 3, with refreshment factors 1, 0.5 (the
    default), 0.25 and 0: min bulk ESS of the coefficients and of their centred squares, the
    worst sd ratio and mean error against the reference::
@@ -22,7 +22,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.kernels.sbps import Observation, SBPSSettings, sbps_advance, sbps_init
 
 ROOT = Path(__file__).resolve().parent
@@ -73,7 +73,7 @@ def gaussian_row(dim: int, refresh_factor: float, draws: int = 2000) -> str:
 
 
 def logistic_rows() -> list[str]:
-    """Table B's rows: ``pmb.SBPS`` on the N = 1e6 benchmark at four refreshment factors.
+    """Table B's rows: ``pmbd.SBPS`` on the N = 1e6 benchmark at four refreshment factors.
 
     Returns
     -------
@@ -82,12 +82,12 @@ def logistic_rows() -> list[str]:
     data = make_data(1_000_000, 0)
     model = build_model(data)
     ref = load_or_compute_reference(data, model, 20_000, 10.0)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     rows = []
     for factor in (1.0, 0.5, 0.25, 0.0):
-        step = pmb.SBPS(model=model, layer=layer)
+        step = pmbd.SBPS(model=model, layer=layer)
         rate = step.refresh_rate * factor / 0.5  # the default is factor 0.5
-        step = pmb.SBPS(model=model, layer=layer, refresh_rate=rate)
+        step = pmbd.SBPS(model=model, layer=layer, refresh_rate=rate)
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
@@ -129,7 +129,7 @@ def main() -> None:
             print(lines[-1], flush=True)
     lines += [
         "",
-        "## B. pmb.SBPS, N = 1e6 logistic regression (d = 30), 2 x (1000 + 1000), seed 3",
+        "## B. pmbd.SBPS, N = 1e6 logistic regression (d = 30), 2 x (1000 + 1000), seed 3",
         "",
         "| refresh factor | rate | min bulk ESS | min bulk ESS of centred squares | "
         "max abs mean err / sd | sd ratio | sampling (s) |",

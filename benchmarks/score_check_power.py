@@ -1,4 +1,4 @@
-"""Power and false alarms of ``pmb.score_check`` (docs/score_check.md).
+"""Power and false alarms of ``pmbd.score_check`` (docs/score_check.md).
 
 A conjugate linear regression (5,000 rows, 4 coefficients, the noise variance with an
 inverse-gamma prior), whose exact posterior NumPy draws directly:
@@ -25,7 +25,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.datasets import conjugate_regression
 
 ROOT = Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ def power_table(model, layer, posterior) -> list[str]:
         cells = []
         for change in CHANGES.values():
             flagged = sum(
-                pmb.score_check(
+                pmbd.score_check(
                     exact_draws(posterior, seed, **change),
                     model,
                     layer=layer,
@@ -73,14 +73,14 @@ def sampler_runs(model, layer, posterior) -> list[str]:
     """Part B: the check on pm.sample results."""
     beta_sd = np.sqrt(np.diag(posterior.cov) * posterior.b_n / (posterior.a_n - 1))
     steps: dict[str, Callable[[], object]] = {
-        "SGHMC defaults": lambda: pmb.SGHMC(layer=layer),
-        "SGLD defaults": lambda: pmb.SGLD(layer=layer),
-        "SGHMC, batch 10": lambda: pmb.SGHMC(layer=layer, batch_size=10),
-        "SGLD, batch 10, step 0.3": lambda: pmb.SGLD(
+        "SGHMC defaults": lambda: pmbd.SGHMC(layer=layer),
+        "SGLD defaults": lambda: pmbd.SGLD(layer=layer),
+        "SGHMC, batch 10": lambda: pmbd.SGHMC(layer=layer, batch_size=10),
+        "SGLD, batch 10, step 0.3": lambda: pmbd.SGLD(
             layer=layer, adapt=False, step_size=0.3, batch_size=10
         ),
-        "SGLD, step 0.5": lambda: pmb.SGLD(layer=layer, adapt=False, step_size=0.5),
-        "SGLD, step 1.0": lambda: pmb.SGLD(layer=layer, adapt=False, step_size=1.0),
+        "SGLD, step 0.5": lambda: pmbd.SGLD(layer=layer, adapt=False, step_size=0.5),
+        "SGLD, step 1.0": lambda: pmbd.SGLD(layer=layer, adapt=False, step_size=1.0),
     }
     lines = [
         "| run | beta sd ratios | virial ratio | p mean score | p virial | p coordinates "
@@ -100,7 +100,7 @@ def sampler_runs(model, layer, posterior) -> list[str]:
                 compute_convergence_checks=False,
             )
         start = time.perf_counter()
-        result = pmb.score_check(idata, model, layer=layer, warn=False)
+        result = pmbd.score_check(idata, model, layer=layer, warn=False)
         seconds = time.perf_counter() - start
         ratios = idata.posterior["beta"].std(("chain", "draw")).values / beta_sd
         lines.append(
@@ -114,7 +114,7 @@ def sampler_runs(model, layer, posterior) -> list[str]:
 def main() -> None:
     """Run A and B and write ``results/score_check_power.md``."""
     model, posterior = conjugate_regression()
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     lines = [
         "# score_check: power and false alarms",
         "",

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 from reference import Reference
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 @dataclass
@@ -215,7 +215,7 @@ def divergence_note(during: int, after: int) -> str:
 
 # ---------------------------------------------------------------------------- instruments
 @contextlib.contextmanager
-def counting_rows(layer: pmb.MinibatchModel) -> Iterator[list[int]]:
+def counting_rows(layer: pmbd.MinibatchModel) -> Iterator[list[int]]:
     """Count the rows that full-data passes of ``layer`` read (wraps its row source).
 
     Parameters

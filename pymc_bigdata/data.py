@@ -1,7 +1,7 @@
-"""``pmb.Data``: declare a big per-row array once, in an otherwise ordinary PyMC model.
+"""``pmbd.Data``: declare a big per-row array once, in an otherwise ordinary PyMC model.
 
 ``pm.Data`` puts the whole array into the model's graph (and into the result's
-``constant_data`` / ``observed_data`` groups). ``pmb.Data`` puts a zero-row stand-in of the
+``constant_data`` / ``observed_data`` groups). ``pmbd.Data`` puts a zero-row stand-in of the
 same dtype and row shape there instead and attaches the array itself, opened lazily, for
 the model layer (:class:`pymc_bigdata.MinibatchModel`): every sampler, the MAP search, the
 adaptation and the control-variate sums then read its rows through the row source.

@@ -15,7 +15,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 def make_data(
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=args.coefs)
         pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
-        step = pmb.SGHMC()
+        step = pmbd.SGHMC()
         setup = time.perf_counter()
         idata = pm.sample(step=step, random_seed=args.seed)
     done = time.perf_counter()

@@ -73,7 +73,7 @@ def pointwise_log_likelihood(
     ----------
     idata
         Results with a ``posterior`` group holding the model's free variables (constrained
-        values, as ``pm.sample`` stores them), e.g. from ``pm.sample(step=pmb.SGHMC())``.
+        values, as ``pm.sample`` stores them), e.g. from ``pm.sample(step=pmbd.SGHMC())``.
     rows
         Row indices (0 to ``N - 1``; repeats allowed).
     model

@@ -7,7 +7,7 @@ Importing :mod:`pymc_bigdata` appends :class:`~pymc_bigdata.SGLD`,
 :class:`~pymc_bigdata.AusterityGibbs` (binary ones) to PyMC's ``STEP_METHODS``.
 Their competence is ``COMPATIBLE``, below NUTS's ``PREFERRED``, so ``pm.sample()`` never picks
 them on its own.
-Inside ``with pmb.prefer(pmb.SGHMC):`` they claim every continuous variable, so
+Inside ``with pmbd.prefer(pmbd.SGHMC):`` they claim every continuous variable, so
 ``pm.sample(sghmc={"batch_size": 500})`` configures them by name like PyMC's own samplers.
 """
 

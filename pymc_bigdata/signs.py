@@ -22,7 +22,7 @@ def _signs(idata) -> xr.DataArray:
         return idata["sample_stats"]["sign"]
     except KeyError as exc:
         raise ValueError(
-            "The result has no sample_stats 'sign': it was not sampled by pmb.HMCECS."
+            "The result has no sample_stats 'sign': it was not sampled by pmbd.HMCECS."
         ) from exc
 
 
@@ -32,7 +32,7 @@ def sign_weights(idata) -> xr.DataArray:
     Parameters
     ----------
     idata
-        The result of ``pm.sample(step=pmb.HMCECS(estimator="signed"))``.
+        The result of ``pm.sample(step=pmbd.HMCECS(estimator="signed"))``.
 
     Returns
     -------

@@ -12,7 +12,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.demo import make_data
 
 #: two-sided normal quantile for the per-coordinate checks: with fixed seeds a check is
@@ -116,7 +116,7 @@ def logistic_model(features: np.ndarray, outcome: np.ndarray):
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=features.shape[1])
         pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     layer.map_estimate()
     return model, layer
 
@@ -131,10 +131,10 @@ class MapSearchRan(Exception):
     """Raised by :func:`layer_without_map_search`'s layer when anything starts a MAP search."""
 
 
-def layer_without_map_search(model) -> pmb.MinibatchModel:
+def layer_without_map_search(model) -> pmbd.MinibatchModel:
     """A fresh layer whose MAP search raises: a step built on it must validate its settings
     before any full-data pass."""
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
 
     def no_map_search(*args, **kwargs):
         raise MapSearchRan("the MAP search ran before the settings were validated")

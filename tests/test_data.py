@@ -1,4 +1,4 @@
-"""pmb.Data: big row arrays declared once in a PyMC model, read through the row source."""
+"""pmbd.Data: big row arrays declared once in a PyMC model, read through the row source."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pymc as pm
 import pytest
 import zarr
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.errors import ModelNotSupportedError
 
 N_ROWS, N_COEFS = 4000, 3
@@ -36,8 +36,8 @@ def data(tmp_path_factory):
 
 def logistic(X, y, **data_kwargs) -> pm.Model:
     with pm.Model() as model:
-        X_data = pmb.Data("X", X, **data_kwargs)
-        y_data = pmb.Data("y", y, **data_kwargs)
+        X_data = pmbd.Data("X", X, **data_kwargs)
+        y_data = pmbd.Data("y", y, **data_kwargs)
         beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
         pm.Bernoulli("obs", logit_p=X_data @ beta, observed=y_data)
     return model
@@ -46,7 +46,7 @@ def logistic(X, y, **data_kwargs) -> pm.Model:
 def sghmc_draws(model) -> tuple[np.ndarray, object]:
     with model:
         idata = pm.sample(
-            step=pmb.SGHMC(),
+            step=pmbd.SGHMC(),
             tune=100,
             draws=100,
             chains=1,
@@ -64,9 +64,9 @@ def test_sbps_refuses_block_gathers_and_takes_uniform_rows(data):
     X, y, path = data
     blocked = logistic(str(path / "X.zarr"), str(path / "y.zarr"))
     with pytest.raises(ValueError, match=r"SBPS needs independent minibatches .*gather=\"rows\""):
-        pmb.SBPS(model=blocked)
+        pmbd.SBPS(model=blocked)
     rows = logistic(str(path / "X.zarr"), str(path / "y.zarr"), gather="rows")
-    assert pmb.SBPS(model=rows).layer.rows.gather == "rows"
+    assert pmbd.SBPS(model=rows).layer.rows.gather == "rows"
 
 
 def test_same_seed_same_draws_from_memory_npy_and_zarr(data):
@@ -89,7 +89,7 @@ def test_same_seed_same_draws_from_memory_npy_and_zarr(data):
 def test_layer_reads_the_stored_rows(data):
     """N, the rows and the full-data log-likelihood come from the store, not the stand-in."""
     X, y, path = data
-    layer = pmb.MinibatchModel(logistic(path / "X.zarr", path / "y.zarr"))
+    layer = pmbd.MinibatchModel(logistic(path / "X.zarr", path / "y.zarr"))
     assert layer.n_rows == N_ROWS
     assert layer.rows.gather == "blocks"
     got_y, got_X = layer.take_rows(np.array([7, 3999, 0]))  # observed first
@@ -104,7 +104,7 @@ def test_layer_reads_the_stored_rows(data):
 def test_row_deterministics_are_refused(data):
     """A Deterministic over the rows would be evaluated on all N rows at every draw."""
     X, y, _ = data
-    for wrap in (pm.Data, pmb.Data):
+    for wrap in (pm.Data, pmbd.Data):
         with pm.Model() as model:
             X_data = wrap("X", X)
             beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
@@ -112,13 +112,13 @@ def test_row_deterministics_are_refused(data):
             eta = pm.Deterministic("eta", X_data @ beta)
             pm.Bernoulli("obs", logit_p=eta, observed=y)
         with pytest.raises(ModelNotSupportedError, match="Deterministic 'eta'.*'X'.*N = 4000"):
-            pmb.MinibatchModel(model)
+            pmbd.MinibatchModel(model)
 
 
 def test_bad_data_gets_a_clear_error_naming_the_array(data, tmp_path):
     X, y, path = data
     with pytest.raises(ValueError, match="different row counts.*'y': 3999, 'X': 4000"):
-        pmb.MinibatchModel(logistic(X, y[:-1]))
+        pmbd.MinibatchModel(logistic(X, y[:-1]))
     bad = X.copy()
     bad[1234, 1] = np.nan
     store = zarr.create_array(
@@ -126,7 +126,7 @@ def test_bad_data_gets_a_clear_error_naming_the_array(data, tmp_path):
     )
     store[:] = bad
     with pytest.raises(ModelNotSupportedError, match=r"\['X'\].*NaN"):
-        pmb.MinibatchModel(logistic(tmp_path / "bad.zarr", y))
+        pmbd.MinibatchModel(logistic(tmp_path / "bad.zarr", y))
     with pytest.raises(FileNotFoundError, match="'X'"):
         logistic(tmp_path / "missing.zarr", y)
     for kwargs, argument in (
@@ -156,8 +156,8 @@ def test_dask_passes_on_a_cluster_equal_in_memory_ones(data, cluster):
     (each compiles the chunk functions once): the MAP, the Laplace precision and the
     control-variate sums at the MAP equal the in-memory ones to rounding."""
     X, y, _ = data
-    here = pmb.MinibatchModel(logistic(X, y))
-    there = pmb.MinibatchModel(
+    here = pmbd.MinibatchModel(logistic(X, y))
+    there = pmbd.MinibatchModel(
         logistic(da.from_array(X, chunks=(1000, N_COEFS)), da.from_array(y, chunks=1000))
     )
     fit_here, fit_there = here.map_estimate(), there.map_estimate()

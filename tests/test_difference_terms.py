@@ -13,7 +13,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.kernels.hmcecs import block_poisson_log_abs, perturbed_loglik
 from pymc_bigdata.model.difference_terms import control_variate_sum
 
@@ -26,7 +26,7 @@ def logistic():
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=3)
         pm.Bernoulli("y", logit_p=pm.math.dot(x, b), observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     anchor = layer.map_anchor()
     rows_idx = rng.integers(400, size=40)
     theta = anchor.theta + 0.4 * rng.standard_normal(3)
@@ -64,7 +64,7 @@ def test_second_order_residuals_vanish_for_gaussian_linear_rows():
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         pm.Normal("y", pm.math.dot(x, b), 1.0, observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     anchor = layer.map_anchor()
     rows = layer.take_rows(np.arange(300))
     theta = anchor.theta + np.array([0.7, -1.3])

@@ -19,7 +19,7 @@ import pymc.sampling.mcmc as mcmc
 import pytest
 from conftest import logistic_data
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.distributed import ChainFailedError, sample_dask
 
 distributed = pytest.importorskip("distributed")
@@ -63,7 +63,7 @@ def model():
 @pytest.fixture(scope="module")
 def sghmc(model):
     with model:
-        return pmb.SGHMC()
+        return pmbd.SGHMC()
 
 
 SAMPLE = {"draws": 100, "tune": 100, "chains": 2, "random_seed": 20260612}
@@ -123,7 +123,7 @@ def test_groups_and_variables_as_pm_sample(sghmc_runs):
 def test_sgld_through_default_client(two_workers, model):
     """client=None uses the current client; SGLD too equals pm.sample(cores=1)."""
     with model:
-        step = pmb.SGLD()
+        step = pmbd.SGLD()
         local = pm.sample(**SAMPLE, cores=1, step=step, progressbar=False)
     with two_workers.as_current():
         remote = sample_dask(None, **SAMPLE, step=step, model=model)
@@ -140,7 +140,7 @@ def test_pymc_nuts_equals_pm_sample_cores_1(two_workers, model):
     assert "tree_depth" in remote.sample_stats
 
 
-class BrokenSGLD(pmb.SGLD):
+class BrokenSGLD(pmbd.SGLD):
     """An SGLD whose chains raise after five draws."""
 
     def astep(self, q0):
@@ -187,7 +187,7 @@ def test_killed_worker_fails_the_run(two_workers, model, sghmc):
             time.sleep(0.2)
 
     with model:  # 100 leapfrog steps a draw: about two minutes a chain, if left to finish
-        slow = pmb.SGHMC(layer=sghmc.layer, inner_steps=100)
+        slow = pmbd.SGHMC(layer=sghmc.layer, inner_steps=100)
     killer = threading.Thread(target=kill_a_worker_mid_chain, daemon=True)
     killer.start()
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ import pymc as pm
 import pytest
 from conftest import layer_without_map_search
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 N_ROWS = 200
 
@@ -29,7 +29,7 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def small(data) -> tuple[pm.Model, pmb.MinibatchModel]:
+def small(data) -> tuple[pm.Model, pmbd.MinibatchModel]:
     """One valid model and its layer, shared by the sampler-settings tests.
 
     Passing ``layer=`` to the step constructors reuses its compiled functions and its MAP
@@ -39,7 +39,7 @@ def small(data) -> tuple[pm.Model, pmb.MinibatchModel]:
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=3)
         pm.Normal("y", x @ beta, 1.0, observed=y)
-    return model, pmb.MinibatchModel(model)
+    return model, pmbd.MinibatchModel(model)
 
 
 def _model(build) -> pm.Model:
@@ -53,7 +53,7 @@ def _model(build) -> pm.Model:
 # ---------------------------------------------------------------------- unsupported models
 def test_error_is_a_value_error():
     """ModelNotSupportedError subclasses ValueError, so `except ValueError` catches it."""
-    assert issubclass(pmb.ModelNotSupportedError, ValueError)
+    assert issubclass(pmbd.ModelNotSupportedError, ValueError)
 
 
 @pytest.mark.parametrize("entry", ["layer", "SGLD", "SGHMC"])
@@ -70,11 +70,11 @@ def test_discrete_free_variable(data, entry):
 
     model = _model(build)
     constructor = {
-        "layer": lambda: pmb.MinibatchModel(model),
-        "SGLD": lambda: pmb.SGLD(model=model),
-        "SGHMC": lambda: pmb.SGHMC(model=model),
+        "layer": lambda: pmbd.MinibatchModel(model),
+        "SGLD": lambda: pmbd.SGLD(model=model),
+        "SGHMC": lambda: pmbd.SGHMC(model=model),
     }[entry]
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"'k' is discrete.*[Mm]arginalise"):
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"'k' is discrete.*[Mm]arginalise"):
         constructor()
 
 
@@ -83,9 +83,9 @@ def test_free_variable_with_a_row_dimension(data):
     _, y = data
     model = _model(lambda: pm.Normal("y", pm.Normal("z", 0.0, 1.0, shape=N_ROWS), 1.0, observed=y))
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"'z' has a per-row dimension.*marginalise"
+        pmbd.ModelNotSupportedError, match=r"'z' has a per-row dimension.*marginalise"
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_observed_variables_with_different_row_counts(data):
@@ -97,17 +97,17 @@ def test_observed_variables_with_different_row_counts(data):
         pm.Normal("y2", pm.Normal("c", 0.0, 1.0, shape=(1,)), 1.0, observed=y[:150])
 
     with pytest.raises(
-        pmb.ModelNotSupportedError,
+        pmbd.ModelNotSupportedError,
         match=r"different row counts \{'y1': 200, 'y2': 150\}.*share one leading row axis",
     ):
-        pmb.MinibatchModel(_model(build))
+        pmbd.MinibatchModel(_model(build))
 
 
 def test_model_without_observed_data():
     """A model with no observed variable: there are no rows; pass data with observed=..."""
     model = _model(lambda: pm.Normal("beta", 0.0, 1.0, shape=3))
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"no observed variables.*observed="):
-        pmb.MinibatchModel(model)
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"no observed variables.*observed="):
+        pmbd.MinibatchModel(model)
 
 
 def test_scalar_observed_variable():
@@ -115,8 +115,8 @@ def test_scalar_observed_variable():
     model = _model(
         lambda: pm.Normal("y", pm.Normal("mu", 0.0, 1.0, shape=(1,)).sum(), 1.0, observed=1.0)
     )
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"'y' is a scalar.*no row axis"):
-        pmb.MinibatchModel(model)
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"'y' is a scalar.*no row axis"):
+        pmbd.MinibatchModel(model)
 
 
 @pytest.mark.parametrize("kind", ["nan", "masked"])
@@ -136,11 +136,11 @@ def test_missing_observed_values_imputed_by_pymc(data, kind):
     )
     assert "y_unobserved" in [rv.name for rv in model.free_RVs]
     with pytest.raises(
-        pmb.ModelNotSupportedError,
+        pmbd.ModelNotSupportedError,
         match=r"imputes missing observed values \('y_unobserved'\).*"
         r"Drop those rows",
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_non_finite_observed_values(data):
@@ -152,9 +152,9 @@ def test_non_finite_observed_values(data):
         lambda: pm.Normal("y", x @ pm.Normal("beta", 0.0, 1.0, shape=3), 1.0, observed=observed)
     )
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"'y' has missing or non-finite.*Drop those rows"
+        pmbd.ModelNotSupportedError, match=r"'y' has missing or non-finite.*Drop those rows"
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_nan_set_into_observed_pm_data(data):
@@ -167,9 +167,9 @@ def test_nan_set_into_observed_pm_data(data):
     bad[3] = np.nan
     y_data.set_value(bad)
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"'y' has missing or non-finite.*Drop those rows"
+        pmbd.ModelNotSupportedError, match=r"'y' has missing or non-finite.*Drop those rows"
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_nan_in_covariate_pm_data(data):
@@ -184,8 +184,8 @@ def test_nan_in_covariate_pm_data(data):
     bad = x.copy()
     bad[11, 2] = np.nan
     x_data.set_value(bad)
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"'X'.*NaN.*Drop or impute"):
-        pmb.MinibatchModel(model)
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"'X'.*NaN.*Drop or impute"):
+        pmbd.MinibatchModel(model)
 
 
 def _nan_covariate_model(data) -> pm.Model:
@@ -199,14 +199,14 @@ def _nan_covariate_model(data) -> pm.Model:
 
 def test_nan_in_covariate_array(data):
     """A NaN in a plain-array covariate is refused with the advice to drop or impute."""
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"NaN.*Drop or impute"):
-        pmb.MinibatchModel(_nan_covariate_model(data))
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"NaN.*Drop or impute"):
+        pmbd.MinibatchModel(_nan_covariate_model(data))
 
 
 def test_nan_in_covariate_array_message_identifies_the_array(data):
     """The message identifies a nameless covariate by the observed variable or its shape."""
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"'y'|\(200, 3\)"):
-        pmb.MinibatchModel(_nan_covariate_model(data))
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"'y'|\(200, 3\)"):
+        pmbd.MinibatchModel(_nan_covariate_model(data))
 
 
 def test_multivariate_likelihood_over_the_row_axis(data):
@@ -218,11 +218,11 @@ def test_multivariate_likelihood_over_the_row_axis(data):
         )
     )
     with pytest.raises(
-        pmb.ModelNotSupportedError,
+        pmbd.ModelNotSupportedError,
         match=r"'y' has its row axis inside one multivariate draw \(MvNormal.*"
         r"does not factor over rows.*independent rows",
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_random_walk_likelihood(data):
@@ -238,9 +238,9 @@ def test_random_walk_likelihood(data):
         )
     )
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"'y' .*does not factor over rows.*independent rows"
+        pmbd.ModelNotSupportedError, match=r"'y' .*does not factor over rows.*independent rows"
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_potential_on_row_data(data):
@@ -252,9 +252,9 @@ def test_potential_on_row_data(data):
         pm.Potential("penalty", -((x_data @ beta) ** 2).sum())
         pm.Normal("y", x_data @ beta, 1.0, observed=y)
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"'penalty' depends on row data.*observed variable"
+        pmbd.ModelNotSupportedError, match=r"'penalty' depends on row data.*observed variable"
     ):
-        pmb.MinibatchModel(model)
+        pmbd.MinibatchModel(model)
 
 
 def test_vars_must_be_all_free_variables(data):
@@ -268,15 +268,15 @@ def test_vars_must_be_all_free_variables(data):
 
     model = _model(build)
     with pytest.raises(
-        pmb.ModelNotSupportedError, match=r"\['sigma'\] are not in the step's vars.*all"
+        pmbd.ModelNotSupportedError, match=r"\['sigma'\] are not in the step's vars.*all"
     ):
-        pmb.MinibatchModel(model, vars=[model["beta"]])
+        pmbd.MinibatchModel(model, vars=[model["beta"]])
 
 
 # ---------------------------------------------------------------------- batch size
-STEPS = {"SGLD": pmb.SGLD, "SGHMC": pmb.SGHMC}
+STEPS = {"SGLD": pmbd.SGLD, "SGHMC": pmbd.SGHMC}
 #: steps with settings of their own checked here (not in the loops over STEPS)
-OWN_SETTINGS_STEPS = {**STEPS, "SBPS": pmb.SBPS}
+OWN_SETTINGS_STEPS = {**STEPS, "SBPS": pmbd.SBPS}
 
 
 @pytest.mark.parametrize("step", list(STEPS))
@@ -378,7 +378,7 @@ def test_invalid_settings_rejected_before_the_map_search(data, kwargs):
 
     layer = layer_without_map_search(_model(build))
     with pytest.raises(ValueError, match="must be a positive"):
-        pmb.SGLD(model=layer.model, layer=layer, batch_size=50, **kwargs)
+        pmbd.SGLD(model=layer.model, layer=layer, batch_size=50, **kwargs)
 
 
 def test_likelihood_using_data_across_rows_is_refused():
@@ -391,6 +391,6 @@ def test_likelihood_using_data_across_rows_is_refused():
         b = pm.Normal("b", 0.0, 1.0)
         x_data = pm.Data("x", x)
         pm.Normal("y", b * (x_data - x_data.mean()), 1.0, observed=y)
-    layer = pmb.MinibatchModel(model)
-    with pytest.raises(pmb.ModelNotSupportedError, match="does not factor over rows.*before"):
+    layer = pmbd.MinibatchModel(model)
+    with pytest.raises(pmbd.ModelNotSupportedError, match="does not factor over rows.*before"):
         layer.map_estimate()

@@ -28,7 +28,7 @@ import pymc as pm
 import pytest
 from scipy import stats
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.laplace import posterior_precision
 
@@ -48,7 +48,7 @@ CASE_NAMES = ["normal", "bernoulli", "poisson", "studentt"]
 
 
 # ---------------------------------------------------------------------- helpers
-def point_from_theta(layer: pmb.MinibatchModel, theta: np.ndarray) -> dict[str, np.ndarray]:
+def point_from_theta(layer: pmbd.MinibatchModel, theta: np.ndarray) -> dict[str, np.ndarray]:
     """Split a flat ``theta`` into the model's value variables (order of ``layer.value_vars``)."""
     point, start = {}, 0
     for var, shape, size in zip(layer.value_vars, layer.var_shapes, layer.var_sizes, strict=True):
@@ -57,7 +57,7 @@ def point_from_theta(layer: pmb.MinibatchModel, theta: np.ndarray) -> dict[str, 
     return point
 
 
-def theta_from_point(layer: pmb.MinibatchModel, point: dict[str, np.ndarray]) -> np.ndarray:
+def theta_from_point(layer: pmbd.MinibatchModel, point: dict[str, np.ndarray]) -> np.ndarray:
     """Flatten a point (value-variable names) in the order of ``layer.value_vars``."""
     return np.concatenate([np.ravel(point[v.name]) for v in layer.value_vars]).astype(np.float64)
 
@@ -210,7 +210,7 @@ class Case:
     def __init__(self, name: str):
         self.name = name
         self.model, self.x, self.y, truth, self._rows_reference = MAKERS[name]()
-        self.layer = pmb.MinibatchModel(self.model)
+        self.layer = pmbd.MinibatchModel(self.model)
         rng = np.random.default_rng(7)
         self.truth = theta_from_point(self.layer, truth)
         # off the mode, so that gradients are far from zero
@@ -514,7 +514,7 @@ def test_find_map_and_hessian_are_exact_for_conjugate_normal_model():
     with pm.Model() as model:
         beta = pm.Normal("beta", m0, s0, shape=N_COVARIATES)
         pm.Normal("y", x @ beta, sigma, observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     precision = np.eye(N_COVARIATES) / s0**2 + x.T @ x / sigma**2
     cov = np.linalg.inv(precision)
     mean = cov @ (m0 / s0**2 + x.T @ y / sigma**2)
@@ -547,7 +547,7 @@ def _check_minibatch_model_equals_full(case: Case, **observed_kwargs) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = build_normal(x_batch, y_batch, **observed_kwargs)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     assert layer.n_rows == N_ROWS
     assert [v.name for v in layer.value_vars] == [v.name for v in case.layer.value_vars]
     got = layer.row_logp(case.theta, layer.take_rows(case.batch_index))
@@ -567,7 +567,7 @@ def test_discrete_likelihood_observed_as_pm_data(get_case):
         y_data = pm.Data("y_obs", case.y)
         b = pm.Normal("beta", 0.0, 2.0, shape=N_COVARIATES)
         pm.Bernoulli("y", logit_p=x_data @ b, observed=y_data)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     got = layer.row_logp(case.theta, layer.take_rows(case.batch_index))
     want = case.layer.row_logp(case.theta, case.batch)
     assert_close(got, want, scale=np.abs(want), what="pm.Data Bernoulli row_logp")
@@ -589,7 +589,7 @@ def test_two_observed_variables_sharing_rows():
         c = pm.Normal("c", 0.0, 1.0, shape=N_COVARIATES)
         pm.Normal("y1", x @ b, 1.0, observed=y1)
         pm.Bernoulli("y2", logit_p=x @ c, observed=y2)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     assert layer.n_rows == N_ROWS
     # y1, y2 and X (a plain array used twice is two constants, so it may be read twice)
     assert {"y1", "y2"} <= set(layer.rows.names)
@@ -631,7 +631,7 @@ def test_second_order_estimate_is_exact_for_a_gaussian_linear_model():
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=3)
         pm.Normal("y", pm.math.dot(x, b), 1.0, observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     anchor = layer.map_anchor()
     theta = anchor.theta + np.array([0.3, -0.2, 0.5])
     _, full = layer.full_logp_grad(theta)
@@ -668,7 +668,7 @@ def small_logistic_layer():
     with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=3)
         pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-    return pmb.MinibatchModel(model)
+    return pmbd.MinibatchModel(model)
 
 
 # ---------------------------------------------------------------------- MAP usability
@@ -693,7 +693,7 @@ def test_map_search_reaches_a_mode_its_subsample_hessian_misses():
         tau = pm.HalfNormal("tau", 1.0)
         a = pm.Normal("a", mu, tau, shape=len(sizes))
         pm.Poisson("y", pm.math.exp(a[group]), observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     layer.chunk_rows = 500
     fit = layer.find_map()
     assert fit.problem is None and fit.newton_decrement < 1e-9
@@ -710,7 +710,7 @@ def test_centred_hierarchical_model_without_a_mode_is_detected():
         tau = pm.HalfNormal("tau", 1.0)
         a = pm.Normal("a", mu, tau, shape=30)
         pm.Normal("y", a[groups], 1.0, observed=y)
-    fit = pmb.MinibatchModel(model).find_map()
+    fit = pmbd.MinibatchModel(model).find_map()
     assert fit.problem is not None
 
 
@@ -745,7 +745,7 @@ def test_set_data_makes_the_layer_stale():
         xd = pm.Data("x", x)
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         pm.Normal("y", pm.math.dot(xd, b), 1.0, observed=x[:, 0])
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     assert layer.data_is_current()
     with model:
         pm.set_data({"x": x + 1.0})
@@ -759,7 +759,7 @@ def test_held_variables_are_inputs_with_their_own_map():
 
     X, y, _ = variable_selection_data(2_000, seed=3)
     model = variable_selection_model(X, y)
-    layer = pmb.MinibatchModel(model, vars=[model["beta"]])
+    layer = pmbd.MinibatchModel(model, vars=[model["beta"]])
     assert [v.name for v in layer.held_vars] == ["include"] and layer.dim == 6
     point = model.initial_point()
     point["include"] = np.array([1, 0, 1, 0, 1, 0])
@@ -778,8 +778,8 @@ def test_held_variables_are_inputs_with_their_own_map():
     assert not np.allclose(every[held == 0], 0.0, atol=1e-4)
     layer.hold(held)
     np.testing.assert_array_equal(layer.map_estimate().theta, some)  # kept, not re-fitted
-    with pytest.raises(pmb.ModelNotSupportedError, match=r"'beta' is continuous"):
-        pmb.MinibatchModel(model, vars=[model["beta"]], discrete=True)
+    with pytest.raises(pmbd.ModelNotSupportedError, match=r"'beta' is continuous"):
+        pmbd.MinibatchModel(model, vars=[model["beta"]], discrete=True)
 
 
 def test_influential_rows_stream_equals_thresholding_every_row(small_logistic):

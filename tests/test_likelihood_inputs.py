@@ -16,7 +16,7 @@ import pymc as pm
 import pytest
 from conftest import layer_without_map_search
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 import pymc_bigdata.model.likelihood_inputs as likelihood_inputs
 from pymc_bigdata.kernels.hmcecs import block_poisson_log_abs, perturbed_loglik
 from pymc_bigdata.model.difference_terms import control_variate_sum
@@ -40,7 +40,7 @@ def _noncentred_model(n_groups: int = 6, n_rows: int = 400, seed: int = 5) -> pm
 
 @pytest.fixture(scope="module")
 def noncentred():
-    layer = pmb.MinibatchModel(_noncentred_model())
+    layer = pmbd.MinibatchModel(_noncentred_model())
     anchor = layer.map_anchor()
     rng = np.random.default_rng(6)
     rows = layer.take_rows(rng.integers(layer.n_rows, size=40))
@@ -76,7 +76,7 @@ def test_scale_model_keeps_checks_out_of_the_expansion():
         mu = pm.Normal("mu", 0.0, 5.0)
         sigma = pm.HalfNormal("sigma", 5.0)
         pm.Normal("y", mu, sigma, observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     inputs = layer.likelihood_inputs
     assert inputs.available and not inputs.linear
     rows = layer.take_rows(np.arange(50))
@@ -95,7 +95,7 @@ def test_second_order_residuals_vanish_when_rows_are_quadratic_in_phi():
         b0 = pm.Normal("b0", 0.0, 2.0)
         c = pm.Normal("c", 0.0, 1.0)
         pm.Normal("y", b0 + pm.math.exp(c) * x, 1.0, observed=y)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     anchor = layer.map_anchor()
     rows = layer.take_rows(np.arange(200))
     theta = anchor.theta + np.array([0.4, -0.5])
@@ -161,12 +161,12 @@ def test_unavailable_expansion_is_refused_before_any_full_data_pass(monkeypatch)
     assert not layer.likelihood_inputs.available
     assert "7 > 3" in layer.likelihood_inputs.reason
     with pytest.raises(ValueError, match="taylor_space='likelihood_inputs' is not available"):
-        pmb.HMCECS(model=model, layer=layer, taylor_space="likelihood_inputs")
+        pmbd.HMCECS(model=model, layer=layer, taylor_space="likelihood_inputs")
 
 
 def test_unknown_space_is_refused():
     with pytest.raises(ValueError, match="taylor_space must be one of"):
-        pmb.HMCECS(model=_noncentred_model(), taylor_space="theta")
+        pmbd.HMCECS(model=_noncentred_model(), taylor_space="theta")
 
 
 def test_signed_auto_picks_the_inputs_of_a_noncentred_model():
@@ -174,13 +174,13 @@ def test_signed_auto_picks_the_inputs_of_a_noncentred_model():
     posterior than the one in ``(mu, tau, z)``: ``"auto"`` picks it (stat ``taylor_inputs``);
     the perturbed estimator keeps the parameters (``AUTO_SPACE_ESTIMATORS``)."""
     model = _noncentred_model(n_groups=6, n_rows=2000)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     with model:
         kwargs = dict(tune=60, draws=5, chains=1, random_seed=4, progressbar=False)
         kwargs["compute_convergence_checks"] = False
         # in the model's own coordinates (by default its data-rich groups are centred)
         own = {"layer": layer, "reparameterize": False}
-        signed = pm.sample(step=pmb.HMCECS(estimator="signed", **own), **kwargs)
-        perturbed = pm.sample(step=pmb.HMCECS(**own), **kwargs)
+        signed = pm.sample(step=pmbd.HMCECS(estimator="signed", **own), **kwargs)
+        perturbed = pm.sample(step=pmbd.HMCECS(**own), **kwargs)
     assert bool(signed.sample_stats["taylor_inputs"].values[0, -1])
     assert not perturbed.sample_stats["taylor_inputs"].values.any()

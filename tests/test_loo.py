@@ -21,7 +21,7 @@ import pymc as pm
 import pytest
 from scipy import stats
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise_log_likelihood
 
 N_ROWS = 300
@@ -81,7 +81,7 @@ class Fit:
     def __init__(self, features: np.ndarray, outcome: np.ndarray):
         self.features, self.outcome = features, outcome
         self.model = conjugate_model(features, outcome)
-        self.layer = pmb.MinibatchModel(self.model)
+        self.layer = pmbd.MinibatchModel(self.model)
         self.idata = exact_posterior(features, outcome)
 
     def fresh(self):

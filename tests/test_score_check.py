@@ -14,7 +14,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.datasets import conjugate_regression
 
 
@@ -23,7 +23,7 @@ def conjugate():
     """The conjugate regression (5,000 rows, 4 coefficients and the noise variance), its
     layer and its exact posterior."""
     model, posterior = conjugate_regression()
-    return model, pmb.MinibatchModel(model), posterior
+    return model, pmbd.MinibatchModel(model), posterior
 
 
 def _exact_draws(posterior, seed, **change):
@@ -40,8 +40,8 @@ def test_exact_draws_pass(conjugate, seed):
     ``log s2`` by 0.02 of its sd, which no check on 100 draws can see.)"""
     model, layer, posterior = conjugate
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
-        result = pmb.score_check(_exact_draws(posterior, seed), model, layer=layer)
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        result = pmbd.score_check(_exact_draws(posterior, seed), model, layer=layer)
     assert not result.off_target, result
     assert result.draws == 100 and result.nonfinite == 0
     assert abs(result.virial_ratio - 1.0) < 0.2
@@ -60,8 +60,8 @@ def test_off_target_draws_are_flagged(conjugate, change, test):
     BiasWarning by the test meant for them, and the result is stored in the attrs."""
     model, layer, posterior = conjugate
     idata = _exact_draws(posterior, 11, **change)
-    with pytest.warns(pmb.BiasWarning, match="off their target"):
-        result = pmb.score_check(idata, model, layer=layer)
+    with pytest.warns(pmbd.BiasWarning, match="off their target"):
+        result = pmbd.score_check(idata, model, layer=layer)
     assert result.off_target
     cut = result.level / 2
     if test == "virial":
@@ -77,8 +77,8 @@ def test_draws_outside_the_support_are_flagged(conjugate):
     model, layer, posterior = conjugate
     idata = _exact_draws(posterior, 3)
     idata["posterior"]["beta"][0, 0, 0] = np.inf
-    with pytest.warns(pmb.BiasWarning, match="not finite"):
-        result = pmb.score_check(idata, model, layer=layer, store=False)
+    with pytest.warns(pmbd.BiasWarning, match="not finite"):
+        result = pmbd.score_check(idata, model, layer=layer, store=False)
     assert result.nonfinite == 1 and result.off_target
 
 
@@ -92,7 +92,7 @@ def test_draws_outside_the_support_are_flagged(conjugate):
 def test_bad_settings_are_named(conjugate, kwargs, match):
     model, layer, posterior = conjugate
     with pytest.raises(ValueError, match=match):
-        pmb.score_check(_exact_draws(posterior, 0), model, layer=layer, **kwargs)
+        pmbd.score_check(_exact_draws(posterior, 0), model, layer=layer, **kwargs)
 
 
 def test_too_few_effective_draws_is_an_error(conjugate):
@@ -100,15 +100,15 @@ def test_too_few_effective_draws_is_an_error(conjugate):
     model, layer, posterior = conjugate
     idata = az.from_dict({"posterior": posterior.draws(np.random.default_rng(0), draws=4)})
     with pytest.raises(ValueError, match=r"needs at least 10 nearly independent draws"):
-        pmb.score_check(idata, model, layer=layer)
+        pmbd.score_check(idata, model, layer=layer)
 
 
 @pytest.mark.parametrize(
     ("make_step", "off"),
     [
-        (lambda layer: pmb.SGHMC(layer=layer), False),
+        (lambda layer: pmbd.SGHMC(layer=layer), False),
         # about twice the step its rule picks here: sds 15-18 % too wide
-        (lambda layer: pmb.SGLD(layer=layer, adapt=False, step_size=1.0), True),
+        (lambda layer: pmbd.SGLD(layer=layer, adapt=False, step_size=1.0), True),
     ],
     ids=["sghmc-defaults", "sgld-step-too-large"],
 )
@@ -117,7 +117,7 @@ def test_sampler_runs(conjugate, make_step, off):
     widens the sds by 15-18 % is flagged (virial ratio about 1.4)."""
     model, layer, _ = conjugate
     with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore", pmb.BiasWarning)
+        warnings.simplefilter("ignore", pmbd.BiasWarning)
         idata = pm.sample(
             step=make_step(layer),
             draws=1000,
@@ -127,6 +127,6 @@ def test_sampler_runs(conjugate, make_step, off):
             progressbar=False,
             compute_convergence_checks=False,
         )
-    result = pmb.score_check(idata, model, layer=layer, warn=False)
+    result = pmbd.score_check(idata, model, layer=layer, warn=False)
     assert result.off_target == off, result
     assert idata["sample_stats"].attrs["score_check_off_target"] == int(off)

@@ -59,7 +59,7 @@ def check_vars(
                 f"Free variable {name!r} is discrete ({var.dtype}); gradient-based "
                 "subsampling samplers need continuous parameters. Marginalise it out "
                 "(e.g. pymc_extras.marginalize), or sample it in a compound step: "
-                "step=[pmb.AusterityGibbs([binary vars]), pmb.SGHMC([continuous vars])]."
+                "step=[pmbd.AusterityGibbs([binary vars]), pmbd.SGHMC([continuous vars])]."
             )
         if discrete and not is_discrete(var):
             raise ModelNotSupportedError(

@@ -85,10 +85,10 @@ class LocScaleEffect:
     group : ndarray of int or None
         The row data ``g`` of the likelihood's only read of the effect, ``a[g]``: the group
         of each row. None where the effect is read otherwise too, through several index
-        arrays, or through a ``pmb.Data`` column (held out of memory; see
+        arrays, or through a ``pmbd.Data`` column (held out of memory; see
         :attr:`group_var`).
     group_var : Variable or None
-        The data variable behind ``g`` (a constant, ``pm.Data`` or ``pmb.Data``), if found.
+        The data variable behind ``g`` (a constant, ``pm.Data`` or ``pmbd.Data``), if found.
     indexed_only : bool
         The likelihood reads the effect only as ``a[g]`` with this one index ``g`` (one entry
         per row): the log-likelihood's Hessian in the effect is then diagonal.
@@ -422,7 +422,7 @@ def _row_index(index: Variable) -> _GroupIndex:
 
 def _group_index(effect: Variable, read: set[Variable]) -> _GroupIndex:
     """The row data ``g`` of the likelihood's reads ``effect[g]``: its array (None where the
-    effect is read any other way, or the data are a ``pmb.Data`` column), its variable, and
+    effect is read any other way, or the data are a ``pmbd.Data`` column), its variable, and
     whether ``effect[g]`` is the only read."""
     data: set[Variable] = set()
     other_read = False

@@ -45,7 +45,7 @@ def row_count(var: Variable) -> int:
 
 
 def row_array(var: Variable):
-    """What the row source reads for ``var``: a ``pmb.Data`` column, or its array."""
+    """What the row source reads for ``var``: a ``pmbd.Data`` column, or its array."""
     column = row_column(var)
     return column if column is not None else data_value(var)
 
@@ -120,7 +120,7 @@ def find_row_data(
     def add(var):
         if var in canonical:
             return
-        if row_column(var) is not None:  # a pmb.Data array: never read it to compare
+        if row_column(var) is not None:  # a pmbd.Data array: never read it to compare
             row_vars.append(var)
             canonical[var] = var
             return

@@ -108,7 +108,7 @@ class HMCECSAlarm:
         if signs.size and np.mean(signs < 0) > NEGATIVE_SIGN_ALARM:
             problems.append(
                 f"{sampler}: {np.mean(signs < 0):.0%} of this chain's likelihood estimates are "
-                "negative: the sign-corrected estimates (pmb.sign_weights) lose "
+                "negative: the sign-corrected estimates (pmbd.sign_weights) lose "
                 f"{1 - np.mean(signs) ** 2:.0%} of their effective sample size and may be "
                 "unreliable. Raise products (lambda) or use better control variates."
             )

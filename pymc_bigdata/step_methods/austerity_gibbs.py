@@ -12,7 +12,7 @@ the stationary law's error by the conditionals' error over one minus the Dobrush
 coefficient.
 
 The continuous variables are held: a continuous step beside it in a compound step moves them
-(``step=[pmb.AusterityGibbs([gamma]), pmb.AusterityMH([beta])]``), and gives each
+(``step=[pmbd.AusterityGibbs([gamma]), pmbd.AusterityMH([beta])]``), and gives each
 configuration of the binary variables its own Laplace fit and control-variate anchor (see
 :mod:`~pymc_bigdata.step_methods.held`). The test reads the plain differences: a flip is no
 small move, so a Taylor proxy would not shrink them.

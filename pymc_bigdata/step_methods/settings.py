@@ -67,7 +67,7 @@ def check_independent_rows(layer: MinibatchModel, sampler: str, reason: str) -> 
             "read by block gathers (a chunked zarr or dask array): minibatches drawn from the "
             "same cached blocks have correlated noise, and the noise estimates then "
             "understate it. Read them as uniform rows with "
-            'pmb.Data(name, store, gather="rows") (slower: about one decoded chunk per '
+            'pmbd.Data(name, store, gather="rows") (slower: about one decoded chunk per '
             "row), or use another sampler (SGHMC)."
         )
 

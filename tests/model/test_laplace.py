@@ -9,12 +9,12 @@ import numpy as np
 import pymc as pm
 import zarr
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 N_ROWS, N_COEFS, CHUNK_ROWS, STORE_CHUNK = 20_000, 5, 1_024, 4_096
 
 
-def _logistic_layer(path, gather: str) -> pmb.MinibatchModel:
+def _logistic_layer(path, gather: str) -> pmbd.MinibatchModel:
     rng = np.random.default_rng(3)
     X = rng.standard_normal((N_ROWS, N_COEFS)).astype(np.float32)
     y = (rng.random(N_ROWS) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, N_COEFS)))).astype(np.int8)
@@ -28,11 +28,11 @@ def _logistic_layer(path, gather: str) -> pmb.MinibatchModel:
         )
         store[:] = array
     with pm.Model() as model:
-        X_data = pmb.Data("X", path / "X.zarr", gather=gather)
-        y_data = pmb.Data("y", path / "y.zarr", gather=gather)
+        X_data = pmbd.Data("X", path / "X.zarr", gather=gather)
+        y_data = pmbd.Data("y", path / "y.zarr", gather=gather)
         beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
         pm.Bernoulli("obs", logit_p=X_data @ beta, observed=y_data)
-    return pmb.MinibatchModel(model, chunk_rows=CHUNK_ROWS)
+    return pmbd.MinibatchModel(model, chunk_rows=CHUNK_ROWS)
 
 
 def test_block_gathers_larger_than_a_chunk_keep_the_search_short(tmp_path):

@@ -23,7 +23,7 @@ from conftest import (
     sample_two_chains,
 )
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 import pymc_bigdata.step_methods.austerity as austerity_module
 from pymc_bigdata.datasets import conjugate_regression, sbps_paper_logistic
 from pymc_bigdata.kernels.austerity import Proposal, mh_decision
@@ -59,13 +59,13 @@ def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, match):
     """Every out-of-range setting raises a ValueError naming it, before the MAP search."""
     model, _ = logistic
     with pytest.raises(ValueError, match=match):
-        pmb.AusterityMH(model=model, layer=layer_without_map_search(model), **kwargs)
+        pmbd.AusterityMH(model=model, layer=layer_without_map_search(model), **kwargs)
 
 
 def test_options_it_does_not_have_are_refused(logistic):
     model, layer = logistic
     with pytest.raises(TypeError, match="AusterityMH has no 'replace'"):
-        pmb.AusterityMH(model=model, layer=layer, replace=True)
+        pmbd.AusterityMH(model=model, layer=layer, replace=True)
 
 
 def _record_decisions(monkeypatch):
@@ -109,7 +109,7 @@ def test_epsilon_zero_makes_exact_mh_decisions(logistic, monkeypatch, kwargs):
     in the Langevin proposal's ratio, changes decisions."""
     model, layer = logistic
     records = _record_decisions(monkeypatch)
-    step = pmb.AusterityMH(model=model, layer=layer, epsilon=0.0, **kwargs)
+    step = pmbd.AusterityMH(model=model, layer=layer, epsilon=0.0, **kwargs)
     with model:
         pm.sample(
             step=step, tune=30, draws=20, chains=1, random_seed=4, progressbar=False,
@@ -144,7 +144,7 @@ def test_epsilon_zero_is_exact_with_a_census_stratum(monkeypatch):
     out of the known terms, or the threshold divided by N instead of the pool's size."""
     model = sbps_paper_logistic()
     records = _record_decisions(monkeypatch)
-    step = pmb.AusterityMH(model=model, epsilon=0.0)
+    step = pmbd.AusterityMH(model=model, epsilon=0.0)
     assert len(step.census) > 0
     with model:
         pm.sample(
@@ -233,7 +233,7 @@ def test_theorem_one_trade_off_on_logistic_regression(logistic_20k):
 @pytest.fixture(scope="module")
 def default_run(logistic):
     model, layer = logistic
-    step = pmb.AusterityMH(model=model, layer=layer)
+    step = pmbd.AusterityMH(model=model, layer=layer)
     return step, sample_two_chains(model, step, seed=11, draws=300, tune=300)
 
 
@@ -277,7 +277,7 @@ def test_the_audit_counts_the_decisions_exact_mh_overturns(logistic, monkeypatch
     model, layer = logistic
     records = _record_decisions(monkeypatch)
     kwargs = {"proposal": "rw", "control_variates": False, "epsilon": 0.2, "audit_every": 1}
-    step = pmb.AusterityMH(model=model, layer=layer, **kwargs)
+    step = pmbd.AusterityMH(model=model, layer=layer, **kwargs)
     with model:
         idata = pm.sample(
             step=step, tune=30, draws=40, chains=1, random_seed=4, progressbar=False,
@@ -301,7 +301,7 @@ def test_the_audit_leaves_the_draws_alone(logistic):
     runs = [
         sample_two_chains(
             model,
-            pmb.AusterityMH(model=model, layer=layer, audit_every=every, **kwargs),
+            pmbd.AusterityMH(model=model, layer=layer, audit_every=every, **kwargs),
             seed=5,
             draws=30,
             tune=30,
@@ -321,7 +321,7 @@ def test_same_seed_same_draws(logistic):
     model, layer = logistic
     runs = [
         sample_two_chains(
-            model, pmb.AusterityMH(model=model, layer=layer), seed=5, draws=30, tune=30
+            model, pmbd.AusterityMH(model=model, layer=layer), seed=5, draws=30, tune=30
         )
         .posterior["beta"]
         .values
@@ -340,9 +340,9 @@ def test_a_likelihood_support_that_moves_with_a_parameter_is_flagged():
     with pm.Model() as model:
         upper = pm.Pareto("upper", alpha=1.0, m=0.1, initval=3.0)
         pm.Uniform("y", lower=0.0, upper=upper, observed=data)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     for epsilon in (0.0, 0.05):
-        step = pmb.AusterityMH(
+        step = pmbd.AusterityMH(
             model=model, layer=layer, proposal="rw", control_variates=False, epsilon=epsilon
         )
         with warnings.catch_warnings(record=True) as caught:
@@ -367,7 +367,7 @@ def test_the_audit_alarm_on_the_conjugate_regression(test, fires):
     draw (0.05 per draw here: quiet)."""
     model, posterior = conjugate_regression()
     kwargs = {"control_variates": False} if test == "plain" else {}
-    step = pmb.AusterityMH(model=model, test=test, epsilon=0.05, proposal="rw", **kwargs)
+    step = pmbd.AusterityMH(model=model, test=test, epsilon=0.05, proposal="rw", **kwargs)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(
@@ -376,6 +376,6 @@ def test_the_audit_alarm_on_the_conjugate_regression(test, fires):
         )  # fmt: skip
     exact = posterior.draws(np.random.default_rng(0), chains=1, draws=100_000)["beta"][0]
     sd_ratio = idata.posterior["beta"].values[0].std(0) / exact.std(0)
-    audits = [w for w in caught if issubclass(w.category, pmb.BiasWarning)]
+    audits = [w for w in caught if issubclass(w.category, pmbd.BiasWarning)]
     assert any("audited decisions" in str(w.message) for w in audits) == fires
     assert (sd_ratio.max() > 1.12) == fires  # off target exactly when the alarm fires

@@ -16,7 +16,7 @@ import pymc as pm
 import pytest
 from conftest import check_declared_stats, sample_two_chains
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.datasets import (
     variable_selection_data,
     variable_selection_exact,
@@ -52,7 +52,7 @@ def binary_model():
     states = [np.array(s) for s in itertools.product([0, 1], repeat=3)]
     log_post = np.array([logp({"g": s}) for s in states])
     exact = np.exp(log_post - log_post.max())
-    layer = pmb.MinibatchModel(model, discrete=True)
+    layer = pmbd.MinibatchModel(model, discrete=True)
     return model, layer, states, exact / exact.sum()
 
 
@@ -78,13 +78,13 @@ def _potential_on_rows(x, y):
     [
         (
             lambda x, y: pm.Bernoulli("y", logit_p=pm.Poisson("k", 2.0) * x, observed=y),
-            lambda m: pmb.AusterityGibbs([m["k"]]),
+            lambda m: pmbd.AusterityGibbs([m["k"]]),
             ValueError,
             r"binary \(pm.Bernoulli\) variables; 'k' is a Poisson",
         ),
         (
             lambda x, y: pm.Bernoulli("y", logit_p=pm.Normal("b") * x, observed=y),
-            lambda m: pmb.AusterityGibbs([m["b"]]),
+            lambda m: pmbd.AusterityGibbs([m["b"]]),
             ValueError,
             r"'b' is a Normal variable",
         ),
@@ -92,25 +92,25 @@ def _potential_on_rows(x, y):
             lambda x, y: pm.Bernoulli(
                 "y", logit_p=pm.Bernoulli("z", 0.5, shape=400) * x, observed=y
             ),
-            lambda m: pmb.AusterityGibbs([m["z"]]),
-            pmb.ModelNotSupportedError,
+            lambda m: pmbd.AusterityGibbs([m["z"]]),
+            pmbd.ModelNotSupportedError,
             r"'z' has a per-row dimension",
         ),
         (
             _potential_on_rows,
-            lambda m: pmb.AusterityGibbs([m["g"]]),
-            pmb.ModelNotSupportedError,
+            lambda m: pmbd.AusterityGibbs([m["g"]]),
+            pmbd.ModelNotSupportedError,
             r"'tie' depends on row data",
         ),
         (
             lambda x, y: pm.Bernoulli("y", logit_p=pm.Bernoulli("g", 0.5) * x, observed=y),
-            lambda m: pmb.AusterityGibbs([m["g"]], epsilon=1.0),
+            lambda m: pmbd.AusterityGibbs([m["g"]], epsilon=1.0),
             ValueError,
             r"epsilon must be a number in \[0, 1\)",
         ),
         (
             lambda x, y: pm.Bernoulli("y", logit_p=pm.Bernoulli("g", 0.5) * x, observed=y),
-            lambda m: pmb.AusterityGibbs([m["g"]], batch_size=0),
+            lambda m: pmbd.AusterityGibbs([m["g"]], batch_size=0),
             ValueError,
             r"batch_size",
         ),
@@ -132,10 +132,10 @@ def test_continuous_step_refuses_a_discrete_variable_in_its_vars():
             "y", logit_p=pm.Bernoulli("g", 0.5) * pm.Normal("b") * x, observed=y
         )
     )
-    with model, pytest.raises(pmb.ModelNotSupportedError, match=r"'g' is discrete.*Gibbs"):
-        pmb.AusterityMH()
+    with model, pytest.raises(pmbd.ModelNotSupportedError, match=r"'g' is discrete.*Gibbs"):
+        pmbd.AusterityMH()
     with model:
-        step = pmb.AusterityMH([model["b"]])  # the indicator held
+        step = pmbd.AusterityMH([model["b"]])  # the indicator held
     assert [v.name for v in step.layer.held_vars] == ["g"]
 
 
@@ -178,7 +178,7 @@ def test_stationary_law_matches_enumeration(binary_model, epsilon, band):
     once)."""
     model, layer, states, exact = binary_model
     with model:
-        step = pmb.AusterityGibbs(layer=layer, epsilon=epsilon, batch_size=50)
+        step = pmbd.AusterityGibbs(layer=layer, epsilon=epsilon, batch_size=50)
     idata = sample_two_chains(model, step, seed=7, draws=2000, tune=0)
     freq, se = _state_frequencies(idata), _batch_mean_se(idata)
     assert np.all(np.abs(freq - exact) <= 4 * np.maximum(se, 0.004) + band), (freq, exact, se)
@@ -198,7 +198,7 @@ def test_seed_fixes_every_draw(binary_model):
     draws = []
     for _ in range(2):
         with model:
-            step = pmb.AusterityGibbs(layer=layer)
+            step = pmbd.AusterityGibbs(layer=layer)
         idata = sample_two_chains(model, step, seed=3, draws=50, tune=0)
         draws.append(idata.posterior["g"].values)
     np.testing.assert_array_equal(*draws)
@@ -211,8 +211,8 @@ def test_compound_with_austerity_mh_switches_laplace_fits():
     X, y, _ = variable_selection_data(20_000, seed=1)
     model = variable_selection_model(X, y)
     with model:
-        gibbs = pmb.AusterityGibbs([model["include"]])
-        continuous = pmb.AusterityMH([model["beta"]])
+        gibbs = pmbd.AusterityGibbs([model["include"]])
+        continuous = pmbd.AusterityMH([model["beta"]])
     idata = sample_two_chains(model, [gibbs, continuous], seed=2, draws=200, tune=200)
     configurations = continuous.held_configurations.fits
     assert len(configurations) > 1
@@ -239,8 +239,8 @@ def test_variable_selection_inclusion_probabilities():
     np.testing.assert_allclose(variable_selection_exact(X, y), reference["inclusion"], atol=1e-9)
     model = variable_selection_model(X, y)
     with model, warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
-        steps = [pmb.AusterityGibbs([model["include"]]), pmb.AusterityMH([model["beta"]])]
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        steps = [pmbd.AusterityGibbs([model["include"]]), pmbd.AusterityMH([model["beta"]])]
     idata = sample_two_chains(model, steps, seed=11)
     found = idata.posterior["include"].values.mean(axis=(0, 1))
     assert np.max(np.abs(found - reference["inclusion"])) <= 0.05, (found, reference)

@@ -15,12 +15,12 @@ import pytest
 import scipy.stats
 from pymc.sampling.mcmc import assign_step_methods
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 SAMPLE_KW = {"tune": 60, "draws": 40, "progressbar": False, "compute_convergence_checks": False}
 
 
-@pytest.fixture(params=[pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
+@pytest.fixture(params=[pmbd.SGHMC, pmbd.SGLD], ids=["sghmc", "sgld"])
 def step_class(request):
     return request.param
 
@@ -77,7 +77,7 @@ def test_same_seed_same_draws_and_parallel_matches_sequential(step_class, small_
 def test_pickle_round_trip_gives_same_draws(small_logistic):
     """A pickled and restored step samples exactly like the original."""
     model, _ = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     model_clone, clone = cloudpickle.loads(cloudpickle.dumps((model, step)))
     with model:
         a = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
@@ -89,7 +89,7 @@ def test_pickle_round_trip_gives_same_draws(small_logistic):
 def test_tuning_flag_and_warmup(small_logistic):
     """stop_tuning ends tuning; reset_tuning/setup_chain start it again; warmup is kept."""
     model, _ = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     with model:
         idata = pm.sample(
             step=step, chains=1, random_seed=2, discard_tuned_samples=False, **SAMPLE_KW
@@ -103,7 +103,7 @@ def test_tuning_flag_and_warmup(small_logistic):
 def test_initvals_and_progressbar(small_logistic):
     """initvals far from the mode are accepted and forgotten; the progress bar runs."""
     model, layer = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     with model:
         idata = pm.sample(
             step=step,
@@ -124,35 +124,35 @@ def test_divergence_is_a_stat_not_a_crash(small_logistic):
     """A step size far past stability gives non-finite values: rejected draws, a warning,
     `diverging` set, and a finite trace."""
     model, _ = small_logistic
-    step = _step(pmb.SGLD, small_logistic, step_size=1e6, inner_steps=5)
+    step = _step(pmbd.SGLD, small_logistic, step_size=1e6, inner_steps=5)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(step=step, chains=1, random_seed=5, **SAMPLE_KW)
     assert idata.sample_stats["diverging"].values.any()
     assert np.isfinite(idata.posterior["beta"].values).all()
-    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+    assert any(issubclass(w.category, pmbd.DivergenceWarning) for w in caught)
 
 
 def test_default_assignment_never_picks_us_but_prefer_does(small_logistic):
-    """pm.sample's automatic assignment keeps NUTS; inside pmb.prefer(...) ours is chosen
+    """pm.sample's automatic assignment keeps NUTS; inside pmbd.prefer(...) ours is chosen
     and configured by name (pm.sample(sgld={...}))."""
     model, _ = small_logistic
     with model:
         _, selected = assign_step_methods(model, None)
-        assert pm.NUTS in selected and pmb.SGLD not in selected
-        with pmb.prefer(pmb.SGLD):
+        assert pm.NUTS in selected and pmbd.SGLD not in selected
+        with pmbd.prefer(pmbd.SGLD):
             _, selected = assign_step_methods(model, None)
-            assert set(selected) == {pmb.SGLD}
+            assert set(selected) == {pmbd.SGLD}
             idata = pm.sample(chains=1, random_seed=6, sgld={"batch_size": 250}, **SAMPLE_KW)
         _, selected = assign_step_methods(model, None)
-        assert pmb.SGLD not in selected
+        assert pmbd.SGLD not in selected
     assert (idata.sample_stats["rows_touched"].values % 250 == 0).all()
 
 
 def test_inner_steps_control_rows_per_draw(small_logistic):
     """inner_steps transitions per recorded draw: rows read per draw scale with it."""
     model, _ = small_logistic
-    step = _step(pmb.SGLD, small_logistic, inner_steps=3)
+    step = _step(pmbd.SGLD, small_logistic, inner_steps=3)
     with model:
         idata = pm.sample(step=step, chains=1, random_seed=9, **SAMPLE_KW)
     assert (idata.sample_stats["rows_touched"].values == 3 * 500).all()
@@ -165,13 +165,13 @@ def test_layer_from_another_model_is_refused(small_logistic):
         pm.Normal("beta", 0.0, 1.0, shape=3)
         pm.Normal("y", 0.0, 1.0, observed=np.zeros(10))
     with pytest.raises(ValueError, match="different model"):
-        pmb.SGHMC(model=other, layer=layer)
+        pmbd.SGHMC(model=other, layer=layer)
 
 
 def test_keyboard_interrupt_keeps_the_draws_so_far(small_logistic):
     """An interrupt mid-sampling returns the draws made so far (PyMC's behaviour is kept)."""
     model, _ = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
 
     def interrupt(trace, draw):
         if draw.draw_idx == 30:
@@ -196,14 +196,14 @@ def test_sgld_blow_up_is_a_divergence(small_logistic):
     """step_size=1e3 makes SGLD explode geometrically (finite but astronomically large at
     first): the log-density fall marks it diverging, with a warning; draws stay finite."""
     model, _ = small_logistic
-    step = _step(pmb.SGLD, small_logistic, step_size=1e3, inner_steps=3)
+    step = _step(pmbd.SGLD, small_logistic, step_size=1e3, inner_steps=3)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(step=step, chains=1, random_seed=5, **SAMPLE_KW)
     stats = idata.sample_stats
     assert stats["diverging"].values.mean() > 0.5
     assert np.abs(idata.posterior["beta"].values).max() < 100
-    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+    assert any(issubclass(w.category, pmbd.DivergenceWarning) for w in caught)
 
 
 def test_set_data_after_building_a_step_is_refused():
@@ -214,9 +214,9 @@ def test_set_data_after_building_a_step_is_refused():
         xd = pm.Data("x", x)
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(xd, b), observed=y)
-        step = pmb.SGLD(batch_size=100)
+        step = pmbd.SGLD(batch_size=100)
         pm.set_data({"x": -x})
-        with pytest.raises(pmb.StaleDataError, match="set_data"):
+        with pytest.raises(pmbd.StaleDataError, match="set_data"):
             pm.sample(step=step, chains=1, random_seed=1, **SAMPLE_KW)
 
 
@@ -224,7 +224,7 @@ def test_tuning_adapts_then_freezes(small_logistic):
     """Step size, preconditioner and anchor change during tuning (windows) and are constant
     over the kept draws; chains start afresh (same first tuning state per chain)."""
     model, layer = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     with model:
         idata = pm.sample(
             step=step,
@@ -262,8 +262,8 @@ def test_map_without_mode_warns_and_still_samples():
     """In the model's own (centred) coordinates: a ModeWarning that names the problem and
     the fix, then tuning anchors where the draws are."""
     with _funnel_model():
-        with pytest.warns(pmb.ModeWarning, match="non-centred"):
-            step = pmb.SGLD(batch_size=50, reparameterize=False)
+        with pytest.warns(pmbd.ModeWarning, match="non-centred"):
+            step = pmbd.SGLD(batch_size=50, reparameterize=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=step, chains=1, random_seed=2, **SAMPLE_KW)
@@ -279,8 +279,8 @@ def test_funnel_is_sampled_non_centred_by_default():
     ``coordinates.py``: the groups get ``c = 0.13`` and the MAP search slides into the spike
     at ``tau -> 0`` that those coordinates keep (a ModeWarning)."""
     with _funnel_model(), warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.ModeWarning)
-        step = pmb.SGLD(batch_size=50)
+        warnings.simplefilter("error", pmbd.ModeWarning)
+        step = pmbd.SGLD(batch_size=50)
     [reparam] = step.layer.reparam.reparams
     assert reparam.centredness.max() < 0.5  # mostly non-centred
     assert step.map_problem is None
@@ -294,7 +294,7 @@ def test_default_batch_grows_while_noise_limits_the_step(small_logistic):
     runs = {}
     for given in (None, 1000):
         kwargs = {} if given is None else {"batch_size": given}
-        step = pmb.SGLD(model=model, layer=layer, control_variates=False, **kwargs)
+        step = pmbd.SGLD(model=model, layer=layer, control_variates=False, **kwargs)
         with model:
             idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
         runs[given] = idata.sample_stats
@@ -303,7 +303,7 @@ def test_default_batch_grows_while_noise_limits_the_step(small_logistic):
     assert (grown["batch_size"].values > 1000).all()
     assert grown["step_size"].values[0, -1] > 1.5 * fixed["step_size"].values[0, -1]
     # the noise share is held at the bound either way
-    assert grown["noise_share"].values[0, -1] <= 1.05 * pmb.adaptation.NOISE_SHARE_BOUND
+    assert grown["noise_share"].values[0, -1] <= 1.05 * pmbd.adaptation.NOISE_SHARE_BOUND
 
 
 def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monkeypatch):
@@ -315,7 +315,7 @@ def test_step_size_recovers_after_early_tuning_divergences(small_logistic, monke
     final = {}
     original = DivergenceCheck.blew_up
     for blow_ups in (0, 4):
-        step = _step(pmb.SGHMC, small_logistic)
+        step = _step(pmbd.SGHMC, small_logistic)
 
         def blew_up(check, *args, s=step, k=blow_ups, **kwargs):
             return s._draw_index < k or original(check, *args, **kwargs)
@@ -336,7 +336,7 @@ def test_an_unreachable_divergence_base_does_not_lock_the_chain(small_logistic, 
     from pymc_bigdata.step_methods.divergence import DivergenceCheck, LogDensityTrack
 
     model, _ = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     original = DivergenceCheck.judge
 
     def judge(check, *args, s=step, **kwargs):
@@ -362,7 +362,7 @@ def test_non_finite_measured_log_density_is_a_divergence(small_logistic, monkeyp
     from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator, NoiseSample
 
     model, _ = small_logistic
-    step = _step(pmb.SGLD, small_logistic, step_size=0.05, inner_steps=2)
+    step = _step(pmbd.SGLD, small_logistic, step_size=0.05, inner_steps=2)
     measured = MinibatchEstimator.measured
 
     def nan_value(estimator, theta, rows):
@@ -389,7 +389,7 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     from pymc_bigdata.step_methods.tuning import Geometry
     from pymc_bigdata.step_methods.windows import MODE_OUTSIDE_BULK_SD, mode_outside_bulk
 
-    step = _step(pmb.SGLD, small_logistic)
+    step = _step(pmbd.SGLD, small_logistic)
     rng = np.random.default_rng(0)
     sd = np.sqrt(np.diag(step.laplace.covariance()))
 
@@ -414,7 +414,7 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
         return windows
 
     # a window still travelling (mean virial far from 1): nothing changes yet
-    with pytest.warns(pmb.ModeWarning, match=r"beta\[\d\].*parameterisation"):
+    with pytest.warns(pmbd.ModeWarning, match=r"beta\[\d\].*parameterisation"):
         windows = end_window(window(2 * MODE_OUTSIDE_BULK_SD), [40.0] * 200)
     assert windows.trust_laplace and step.anchor is map_anchor
     np.testing.assert_array_equal(step.laplace.center, map_center)
@@ -433,7 +433,7 @@ def test_mode_far_from_the_draws_is_refitted_at_the_bulk(small_logistic, monkeyp
     # without a dense Hessian: the draws alone (unit curvature range)
     step._reset_chain_state()
     monkeypatch.setattr(tuning, "DENSE_HESSIAN_MAX_DIM", 0)
-    with pytest.warns(pmb.ModeWarning):
+    with pytest.warns(pmbd.ModeWarning):
         windows = end_window(window(2 * MODE_OUTSIDE_BULK_SD), [1.0] * 200)
     assert not windows.trust_laplace
     assert step.precond.curvature_range == (1.0, 1.0)
@@ -449,7 +449,7 @@ def test_census_leaves_enough_rows_for_a_minibatch(small_logistic, monkeypatch):
     monkeypatch.setattr(
         layer.passes, "influence_chunks", lambda theta, directions: [(0, influence)]
     )
-    step = pmb.SGLD(model=model, layer=layer, batch_size=4900)
+    step = pmbd.SGLD(model=model, layer=layer, batch_size=4900)
     assert len(step.census) == 100
     assert len(step.minibatches.draw_indices()) == 4900
 
@@ -461,7 +461,7 @@ def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
     from pymc_bigdata.step_methods.divergence import BLOWUP_TEMPERATURE
 
     model, _ = small_logistic
-    step = _step(pmb.SGHMC, small_logistic)
+    step = _step(pmbd.SGHMC, small_logistic)
     original = step._kinetic_temperature
     exploded = {70, 71, 85}  # draws after the 60 tuning draws
 
@@ -486,8 +486,8 @@ def test_exploded_momentum_is_a_divergence(small_logistic, monkeypatch):
 @pytest.mark.parametrize(
     "make_step",
     [
-        lambda m, layer: pmb.HMCECS(model=m, layer=layer),
-        lambda m, layer: pmb.AusterityMH(model=m, layer=layer),
+        lambda m, layer: pmbd.HMCECS(model=m, layer=layer),
+        lambda m, layer: pmbd.AusterityMH(model=m, layer=layer),
     ],
     ids=["hmcecs", "austerity"],
 )
@@ -501,7 +501,7 @@ def test_blow_up_never_undoes_an_accepted_move(small_logistic, monkeypatch, make
     model, layer = small_logistic
     monkeypatch.setattr(divergence, "BLOWUP_Z", -1.0)  # every draw "blows up"
     step = make_step(model, layer)
-    with model, pytest.warns(pmb.DivergenceWarning, match="the chain kept it"):
+    with model, pytest.warns(pmbd.DivergenceWarning, match="the chain kept it"):
         idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
     assert idata.sample_stats["diverging"].values.all()
     draws = idata.posterior["beta"].values[0]
@@ -515,8 +515,8 @@ def test_blow_up_of_a_gradient_sampler_reverts_the_draw(small_logistic, monkeypa
 
     model, layer = small_logistic
     monkeypatch.setattr(divergence, "BLOWUP_Z", -1.0)
-    step = pmb.SGHMC(model=model, layer=layer, step_size=0.1)
-    with model, pytest.warns(pmb.DivergenceWarning):
+    step = pmbd.SGHMC(model=model, layer=layer, step_size=0.1)
+    with model, pytest.warns(pmbd.DivergenceWarning):
         idata = pm.sample(step=step, chains=1, random_seed=3, **SAMPLE_KW)
     assert idata.sample_stats["diverging"].values.all()
     draws = idata.posterior["beta"].values[0]

@@ -19,7 +19,7 @@ import pymc as pm
 import pytest
 from hard_models import crossed_ratings_model, make_crossed_ratings_data
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.model.reparam import choose_centredness, fit_groups, scale_at
 from pymc_bigdata.step_methods.coordinates import (
@@ -140,7 +140,7 @@ def test_draws_are_the_models_variables_and_match_nuts():
     model = _noncentred(RICH, 0.7)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pmb.SGHMC(batch_size=300)
+        step = pmbd.SGHMC(batch_size=300)
         assert step.layer.reparam is not None
         ours = pm.sample(step=step, chains=2, random_seed=11, progressbar=False)
         nuts = pm.sample(chains=2, random_seed=12, progressbar=False, target_accept=0.95)

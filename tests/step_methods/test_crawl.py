@@ -18,7 +18,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.step_methods.crawl import CRAWL_MIN_DRAWS, CrawlWatch
 
 KW = {"tune": 200, "draws": 400, "chains": 1, "progressbar": False}
@@ -69,12 +69,12 @@ def test_sgld_crawl_is_flagged(small_logistic, crawl):
     """SGLD with a fixed step 1,000 times below its default crawls (and is flagged); with
     its defaults it mixes (no BiasWarning at all)."""
     model, layer = small_logistic
-    kwargs = {"step_size": 1e-4 * pmb.SGLD.default_step_size, "inner_steps": 1} if crawl else {}
-    step = pmb.SGLD(model=model, layer=layer, **kwargs)
+    kwargs = {"step_size": 1e-4 * pmbd.SGLD.default_step_size, "inner_steps": 1} if crawl else {}
+    step = pmbd.SGLD(model=model, layer=layer, **kwargs)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pm.sample(step=step, random_seed=5, **KW)
-    bias = [str(w.message) for w in caught if issubclass(w.category, pmb.BiasWarning)]
+    bias = [str(w.message) for w in caught if issubclass(w.category, pmbd.BiasWarning)]
     if crawl:
         assert any("crawls" in message for message in bias), bias
     else:

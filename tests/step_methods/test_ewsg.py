@@ -23,7 +23,7 @@ from conftest import (
 )
 from test_statistical import _logistic_log_post
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +52,13 @@ def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, match):
     """Every out-of-range setting raises a ValueError naming it, before the MAP search."""
     model, _ = logistic
     with pytest.raises(ValueError, match=match):
-        pmb.EWSG(model=model, layer=layer_without_map_search(model), **kwargs)
+        pmbd.EWSG(model=model, layer=layer_without_map_search(model), **kwargs)
 
 
 @pytest.fixture(scope="module")
 def default_run(logistic):
     model, layer = logistic
-    step = pmb.EWSG(model=model, layer=layer)
+    step = pmbd.EWSG(model=model, layer=layer)
     return step, sample_two_chains(model, step, seed=11, draws=300, tune=300)
 
 
@@ -81,7 +81,7 @@ def test_same_seed_same_draws(logistic, default_run):
     model, layer = logistic
     _, first = default_run
     again = sample_two_chains(
-        model, pmb.EWSG(model=model, layer=layer), seed=11, draws=300, tune=300
+        model, pmbd.EWSG(model=model, layer=layer), seed=11, draws=300, tune=300
     )
     np.testing.assert_array_equal(first.posterior["beta"].values, again.posterior["beta"].values)
 
@@ -90,21 +90,21 @@ def test_blow_up_is_a_divergence_with_a_warning_not_a_nan_draw(logistic):
     """A step size far beyond stability: the draws that blow up are rejected and recorded as
     diverging, with a DivergenceWarning; every draw stays finite."""
     model, layer = logistic
-    step = pmb.EWSG(model=model, layer=layer, step_size=60.0)
+    step = pmbd.EWSG(model=model, layer=layer, step_size=60.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = sample_two_chains(model, step, seed=13, draws=50, tune=20)
     assert np.all(np.isfinite(idata.posterior["beta"].values))
     assert int(idata.sample_stats["diverging"].values.sum()) > 10
-    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+    assert any(issubclass(w.category, pmbd.DivergenceWarning) for w in caught)
 
 
 def test_papers_settings_run_the_plain_version(logistic):
     """``EWSG.PAPER_SETTINGS``: Euler-Maruyama, plain minibatch gradients, no
     preconditioner, the given h and gamma kept."""
     model, layer = logistic
-    step = pmb.EWSG(
-        model=model, layer=layer, step_size=0.002, friction=50.0, **pmb.EWSG.PAPER_SETTINGS
+    step = pmbd.EWSG(
+        model=model, layer=layer, step_size=0.002, friction=50.0, **pmbd.EWSG.PAPER_SETTINGS
     )
     idata = sample_two_chains(model, step, seed=17, draws=30, tune=10)
     stats = idata.sample_stats
@@ -134,16 +134,16 @@ def test_closer_than_sghmc_with_control_variates_off(logistic):
     )
     settings = {"control_variates": False, "step_size": 0.04, "batch_size": 100}
     samplers = {
-        "SGHMC independent": pmb.SGHMC(model=model, layer=layer, reshuffle=False, **settings),
-        "SGHMC reshuffled": pmb.SGHMC(model=model, layer=layer, **settings),
-        "EWSG": pmb.EWSG(
+        "SGHMC independent": pmbd.SGHMC(model=model, layer=layer, reshuffle=False, **settings),
+        "SGHMC reshuffled": pmbd.SGHMC(model=model, layer=layer, **settings),
+        "EWSG": pmbd.EWSG(
             model=model, layer=layer, index_weights="linear", reshuffle=False, **settings
         ),
     }
     worst, mean_z = {}, {}
     for name, step in samplers.items():
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pmb.BiasWarning)  # all are off target here
+            warnings.simplefilter("ignore", pmbd.BiasWarning)  # all are off target here
             idata = sample_two_chains(model, step, seed=3)
         beta = idata.posterior["beta"]
         draws = beta.values.reshape(-1, 3)
@@ -174,9 +174,9 @@ def test_noise_is_measured_on_the_last_transition(logistic, monkeypatch, sampler
     )
     settings = {"step_size": 0.05, "inner_steps": 4, "control_variates": "first"}
     step, after = {
-        "ewsg": (pmb.EWSG(model=model, layer=layer, index_chain_steps=2, **settings), 2),
-        "sghmc": (pmb.SGHMC(model=model, layer=layer, **settings), 0),
-        "sgld": (pmb.SGLD(model=model, layer=layer, **settings), 0),
+        "ewsg": (pmbd.EWSG(model=model, layer=layer, index_chain_steps=2, **settings), 2),
+        "sghmc": (pmbd.SGHMC(model=model, layer=layer, **settings), 0),
+        "sgld": (pmbd.SGLD(model=model, layer=layer, **settings), 0),
     }[sampler]
     draws: list[str] = []
 

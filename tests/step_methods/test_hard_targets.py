@@ -41,7 +41,7 @@ from hard_models import (
     skewed_logistic,
 )
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
 from pymc_bigdata.step_methods.alarms import SUBSAMPLE_ACCEPT_ALARM
 from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
@@ -51,19 +51,19 @@ pytestmark = pytest.mark.slow
 REFERENCES = Path(__file__).parent.parent / "references"
 NOISE_SD_BIAS = float(np.sqrt(1.0 + NOISE_SHARE_BOUND))
 SD_BIAS = {
-    pmb.SGHMC: NOISE_SD_BIAS,
-    pmb.SGLD: NOISE_SD_BIAS / np.sqrt(1.0 - pmb.SGLD.default_step_size / 4.0),
-    pmb.SBPS: 1.0,  # no discretisation; bound violations are reported, not budgeted for
+    pmbd.SGHMC: NOISE_SD_BIAS,
+    pmbd.SGLD: NOISE_SD_BIAS / np.sqrt(1.0 - pmbd.SGLD.default_step_size / 4.0),
+    pmbd.SBPS: 1.0,  # no discretisation; bound violations are reported, not budgeted for
 }
 #: the issue's bars for defaults: max |mean err| / sd and the sd-ratio band
 BARS = {
-    pmb.SGHMC: (0.10, (0.90, 1.10)),
-    pmb.SGLD: (0.15, (0.85, 1.20)),
-    pmb.SBPS: (0.10, (0.90, 1.10)),
-    pmb.EWSG: (0.10, (0.90, 1.10)),
-    pmb.AusterityMH: (0.15, (0.85, 1.20)),
+    pmbd.SGHMC: (0.10, (0.90, 1.10)),
+    pmbd.SGLD: (0.15, (0.85, 1.20)),
+    pmbd.SBPS: (0.10, (0.90, 1.10)),
+    pmbd.EWSG: (0.10, (0.90, 1.10)),
+    pmbd.AusterityMH: (0.15, (0.85, 1.20)),
 }
-SAMPLERS = [pmb.SGHMC, pmb.SGLD, pmb.SBPS]
+SAMPLERS = [pmbd.SGHMC, pmbd.SGLD, pmbd.SBPS]
 IDS = ["sghmc", "sgld", "sbps"]
 
 
@@ -83,10 +83,10 @@ def many_groups():
     exact = many_groups_linear_posterior(group, x, y)
     mean = np.concatenate([exact["a__mean"], exact["b__mean"]])
     sd = np.concatenate([exact["a__sd"], exact["b__sd"]])
-    return model, pmb.MinibatchModel(model), mean, sd
+    return model, pmbd.MinibatchModel(model), mean, sd
 
 
-@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD, pmb.EWSG], ids=["sghmc", "sgld", "ewsg"])
+@pytest.mark.parametrize("cls", [pmbd.SGHMC, pmbd.SGLD, pmbd.EWSG], ids=["sghmc", "sgld", "ewsg"])
 def test_thousand_groups_with_defaults(cls, many_groups):
     """Defaults on 10^6 rows and d = 1,003 (groups of 28 to 4,851 rows) meet the bars against
     the exact posterior, with no divergence; second-order control variates are chosen."""
@@ -167,7 +167,7 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
     builder, batch_size = HARD[name]
     model = builder()
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
-    step = pmb.SGLD(model=model, adapt=False, **kwargs)
+    step = pmbd.SGLD(model=model, adapt=False, **kwargs)
     fit = step.layer.map_estimate()
 
     def laplace_gradient(estimator, theta, rows, weights=None):
@@ -180,7 +180,7 @@ def test_laplace_gradient_sampler_fails(name, monkeypatch):
     monkeypatch.setattr(MinibatchEstimator, "measured", measured)
     idata = sample_two_chains(model, step, seed=13, draws=6000)
     with pytest.raises(AssertionError):
-        _check_against_reference(model, idata, _reference(name), SD_BIAS[pmb.SGLD])
+        _check_against_reference(model, idata, _reference(name), SD_BIAS[pmbd.SGLD])
 
 
 @pytest.mark.skipif(
@@ -192,9 +192,9 @@ def test_psbps_with_the_papers_settings_on_the_papers_target():
     pm.sample's defaults, meets the issue's bars for it: max |mean err| <= 0.15 sd, sd ratios
     in [0.85, 1.2]. (It is biased by its bound violations, so no MCSE band.)"""
     model = sbps_paper_logistic()
-    step = pmb.pSBPS(model=model, **pmb.pSBPS.PAPER_SETTINGS)
+    step = pmbd.pSBPS(model=model, **pmbd.pSBPS.PAPER_SETTINGS)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pmb.BiasWarning)
+        warnings.simplefilter("ignore", pmbd.BiasWarning)
         idata = sample_two_chains(model, step, seed=23)
     ref = _reference("sbps_paper_logistic")
     draws = idata.posterior["w"].values.reshape(-1, 20)
@@ -210,7 +210,7 @@ def test_psbps_with_the_papers_settings_on_the_papers_target():
 def rare_event():
     """500,000 rows, 0.1 % events, a 250-row binary feature with no event (skewed)."""
     model = rare_event_logistic()
-    return model, pmb.MinibatchModel(model)
+    return model, pmbd.MinibatchModel(model)
 
 
 def test_rare_event_heating_is_flagged(rare_event):
@@ -218,8 +218,8 @@ def test_rare_event_heating_is_flagged(rare_event):
     order, no census): the chain heats up, and its own statistics now say so (a bias alarm,
     and divergences where the log density falls by more than the threshold)."""
     model, layer = rare_event
-    step = pmb.SGHMC(model=model, layer=layer, adapt=False, control_variates="first", census=False)
-    with pytest.warns(pmb.BiasWarning, match="off its target"):
+    step = pmbd.SGHMC(model=model, layer=layer, adapt=False, control_variates="first", census=False)
+    with pytest.warns(pmbd.BiasWarning, match="off its target"):
         idata = sample_two_chains(model, step, seed=17)
     # the noise-kicked excursions past the flag's likelihood wall are divergences too
     assert idata.sample_stats["diverging"].values.any()
@@ -239,7 +239,7 @@ def test_rare_event_defaults(cls, rare_event):
     step = cls(model=model, layer=layer)
     assert len(step.census) >= 250
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
+        warnings.simplefilter("error", pmbd.BiasWarning)
         idata = sample_two_chains(model, step, seed=19)
     ref = _reference("rare_event_logistic")
     draws = idata.posterior["beta"].values.reshape(-1, 5)
@@ -247,7 +247,7 @@ def test_rare_event_defaults(cls, rare_event):
 
 
 # ---------------------------------------------------------------------- re-centred hierarchies
-@pytest.mark.parametrize("cls", [pmb.SBPS, pmb.AusterityMH], ids=["sbps", "austerity"])
+@pytest.mark.parametrize("cls", [pmbd.SBPS, pmbd.AusterityMH], ids=["sbps", "austerity"])
 def test_noncentred_hierarchy_recentred(cls):
     """The two samplers that failed on the non-centred hierarchy in its own coordinates (at
     ca7cf3f, seed 2026: SBPS 0.180 sd with its alarm, AusterityMH 4.5 sd with its alarm,
@@ -258,7 +258,7 @@ def test_noncentred_hierarchy_recentred(cls):
         pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
+        warnings.simplefilter("error", pmbd.BiasWarning)
         idata = sample_two_chains(model, cls(model=model), seed=2026)
     names = [v.name for v in model.value_vars]
     draws = np.concatenate([_unconstrained_draws(model, idata, n) for n in names], axis=-1)
@@ -280,7 +280,7 @@ def test_mode_outside_the_bulk_is_reported(centred):
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pm.sample(
-            step=pmb.SGHMC(reparameterize=False),
+            step=pmbd.SGHMC(reparameterize=False),
             tune=300,
             draws=5,
             chains=1,
@@ -291,12 +291,12 @@ def test_mode_outside_the_bulk_is_reported(centred):
     reported = [
         w
         for w in caught
-        if issubclass(w.category, pmb.ModeWarning) and "does not describe" in str(w.message)
+        if issubclass(w.category, pmbd.ModeWarning) and "does not describe" in str(w.message)
     ]
     assert bool(reported) is not centred
 
 
-@pytest.mark.parametrize("cls", [pmb.SGHMC, pmb.SGLD], ids=["sghmc", "sgld"])
+@pytest.mark.parametrize("cls", [pmbd.SGHMC, pmbd.SGLD], ids=["sghmc", "sgld"])
 @pytest.mark.parametrize("coordinates", ["recentred", "model"])
 def test_noncentred_hierarchical_defaults(cls, coordinates):
     """The non-centred model, whose joint mode is ~9 sds from the bulk in its own
@@ -311,12 +311,12 @@ def test_noncentred_hierarchical_defaults(cls, coordinates):
     model = hier_logistic(centred=False)
     kwargs = {} if coordinates == "recentred" else {"reparameterize": False}
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
+        warnings.simplefilter("error", pmbd.BiasWarning)
         if coordinates == "recentred":
-            warnings.simplefilter("error", pmb.ModeWarning)
+            warnings.simplefilter("error", pmbd.ModeWarning)
             idata = sample_two_chains(model, cls(model=model), seed=2026)
         else:
-            with pytest.warns(pmb.ModeWarning, match="does not describe"):
+            with pytest.warns(pmbd.ModeWarning, match="does not describe"):
                 idata = sample_two_chains(model, cls(model=model, **kwargs), seed=2026)
     ref = _reference("hier_logistic_noncentred")
     _check_against_reference(model, idata, ref, SD_BIAS[cls])
@@ -338,15 +338,15 @@ def test_crossed_ratings_residual_scale_with_defaults():
         pytest.skip("reference not computed (tests/references/make_hier_references.py)")
     model = crossed_ratings(centred=False)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)
-        idata = sample_two_chains(model, pmb.SGHMC(model=model), seed=2026)
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, pmbd.SGHMC(model=model), seed=2026)
     ref = _reference("crossed_ratings")
     names = [v.name for v in model.value_vars]
     draws = np.concatenate([_unconstrained_draws(model, idata, n) for n in names], axis=-1)
     draws = draws.reshape(-1, draws.shape[-1])
     ref_mean = np.concatenate([np.atleast_1d(ref[f"{n}__mean"]) for n in names])
     ref_sd = np.concatenate([np.atleast_1d(ref[f"{n}__sd"]) for n in names])
-    _assert_bars(pmb.SGHMC, draws.mean(0), draws.std(0), ref_mean, ref_sd)
+    _assert_bars(pmbd.SGHMC, draws.mean(0), draws.std(0), ref_mean, ref_sd)
 
 
 # ---------------------------------------------------------------------- HMC-ECS
@@ -389,7 +389,7 @@ def test_hmcecs_skewed_targets_against_nuts(estimator, name):
     # turns the knob down tenfold; the defaults are judged by the bars in the benchmarks
     knob = {"loglik_var_target": 0.1} if estimator == "perturbed" else {}
     idata = sample_two_chains(
-        model, pmb.HMCECS(model=model, estimator=estimator, **knob), seed=13, draws=6000
+        model, pmbd.HMCECS(model=model, estimator=estimator, **knob), seed=13, draws=6000
     )
     stats = idata.sample_stats
     # the subsample chain moves (the sampler's own alarm level). Signed on scale_few_rows
@@ -414,7 +414,7 @@ def test_signed_hmcecs_noncentred_expands_in_the_group_effects():
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
         pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
-    step = pmb.HMCECS(model=model, estimator="signed", reparameterize=False)
+    step = pmbd.HMCECS(model=model, estimator="signed", reparameterize=False)
     idata = sample_two_chains(model, step, seed=13, draws=6000)
     stats = idata.sample_stats
     assert stats["taylor_inputs"].values[:, -1].all()
@@ -449,11 +449,11 @@ def test_ewsg_defaults_against_nuts(name):
     every later draw diverged and its mean virial stayed at 4.35e3."""
     model = EWSG_TARGETS[name]()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pmb.ModeWarning)  # the non-centred model's MAP
-        idata = sample_two_chains(model, pmb.EWSG(model=model), seed=13)
+        warnings.simplefilter("ignore", pmbd.ModeWarning)  # the non-centred model's MAP
+        idata = sample_two_chains(model, pmbd.EWSG(model=model), seed=13)
     draws, ref_mean, ref_sd, ref_mean_se = _all_coordinates(model, idata, _reference(name))
     flat = draws.reshape(-1, draws.shape[-1])
-    _assert_bars(pmb.EWSG, flat.mean(0), flat.std(0), ref_mean, ref_sd)
+    _assert_bars(pmbd.EWSG, flat.mean(0), flat.std(0), ref_mean, ref_sd)
     mcse = az.mcse(az.from_dict({"posterior": {"x": draws}}), method="mean")["x"].values
     z = np.abs(flat.mean(0) - ref_mean) / np.sqrt(mcse**2 + ref_mean_se**2)
     assert z.max() <= 4.5, f"mean off by {z.max():.2f} MCSE"
@@ -466,6 +466,6 @@ def test_austerity_crawling_chain_is_flagged():
     ``benchmarks/results/hard_targets_austerity.md``); the collapsed scale raises a
     BiasWarning naming it instead of passing silently."""
     model = hier_logistic(centred=False)
-    step = pmb.AusterityMH(model=model, reparameterize=False)  # the model's own coordinates
-    with pytest.warns(pmb.BiasWarning, match="shrank the proposal scale"):
+    step = pmbd.AusterityMH(model=model, reparameterize=False)  # the model's own coordinates
+    with pytest.warns(pmbd.BiasWarning, match="shrank the proposal scale"):
         sample_two_chains(model, step, seed=2026)

@@ -16,7 +16,7 @@ import pymc as pm
 import pytest
 from conftest import check_declared_stats, layer_without_map_search, sample_two_chains
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +64,13 @@ def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, error, ma
     """Every out-of-range setting raises, naming the argument, before the MAP search."""
     model, _ = logistic
     with pytest.raises(error, match=match):
-        pmb.HMCECS(model=model, layer=layer_without_map_search(model), **kwargs)
+        pmbd.HMCECS(model=model, layer=layer_without_map_search(model), **kwargs)
 
 
 @pytest.fixture(scope="module")
 def perturbed_run(logistic):
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer)
+    step = pmbd.HMCECS(model=model, layer=layer)
     return step, sample_two_chains(model, step, seed=11, draws=300, tune=300)
 
 
@@ -99,7 +99,7 @@ def test_same_seed_same_draws(logistic, perturbed_run):
     model, layer = logistic
     _, first = perturbed_run
     again = sample_two_chains(
-        model, pmb.HMCECS(model=model, layer=layer), seed=11, draws=300, tune=300
+        model, pmbd.HMCECS(model=model, layer=layer), seed=11, draws=300, tune=300
     )
     np.testing.assert_array_equal(first.posterior["beta"].values, again.posterior["beta"].values)
 
@@ -109,7 +109,7 @@ def test_signed_same_seed_same_draws_and_summary(logistic):
     runs = [
         sample_two_chains(
             model,
-            pmb.HMCECS(model=model, layer=layer, estimator="signed"),
+            pmbd.HMCECS(model=model, layer=layer, estimator="signed"),
             seed=12,
             draws=200,
             tune=200,
@@ -119,11 +119,11 @@ def test_signed_same_seed_same_draws_and_summary(logistic):
     np.testing.assert_array_equal(
         runs[0].posterior["beta"].values, runs[1].posterior["beta"].values
     )
-    summary = pmb.sign_corrected_summary(runs[0])
+    summary = pmbd.sign_corrected_summary(runs[0])
     signs = runs[0].sample_stats["sign"].values
     assert set(np.unique(signs)) <= {-1, 1}
     assert list(summary.index) == ["beta[0]", "beta[1]", "beta[2]"]
-    weights = pmb.sign_weights(runs[0])
+    weights = pmbd.sign_weights(runs[0])
     assert float(weights.sum()) == pytest.approx(1.0)
     if np.all(signs == 1):
         plain = runs[0].posterior["beta"].mean(("chain", "draw")).values
@@ -138,7 +138,7 @@ def test_sign_correction_on_known_signs():
             "sample_stats": {"sign": np.array([[1, 1, -1, 1]])},
         }
     )
-    summary = pmb.sign_corrected_summary(idata)
+    summary = pmbd.sign_corrected_summary(idata)
     assert summary.loc["x", "mean"] == pytest.approx(2.0)
     second = (1 + 4 - 9 + 16) / 2
     assert summary.loc["x", "sd"] == pytest.approx(np.sqrt(second - 4.0))
@@ -149,27 +149,27 @@ def test_sign_correction_on_known_signs():
         {"posterior": {"x": np.ones((1, 2))}, "sample_stats": {"sign": np.array([[1, -1]])}}
     )
     with pytest.raises(ValueError, match="signs sum to 0"):
-        pmb.sign_weights(bad)
-    with pytest.raises(ValueError, match="not sampled by pmb.HMCECS"):
-        pmb.sign_weights(az.from_dict({"posterior": {"x": np.ones((1, 2))}}))
+        pmbd.sign_weights(bad)
+    with pytest.raises(ValueError, match="not sampled by pmbd.HMCECS"):
+        pmbd.sign_weights(az.from_dict({"posterior": {"x": np.ones((1, 2))}}))
 
 
 def test_blow_up_is_a_divergence_with_a_warning_not_a_nan_draw(logistic):
     """A step size far beyond stability: non-finite or exploding energies are rejected and
     recorded as diverging, with a DivergenceWarning; every draw stays finite."""
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer, step_size=60.0)
+    step = pmbd.HMCECS(model=model, layer=layer, step_size=60.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = sample_two_chains(model, step, seed=13, draws=50, tune=20)
     assert np.all(np.isfinite(idata.posterior["beta"].values))
     assert int(idata.sample_stats["diverging"].values.sum()) > 10
-    assert any(issubclass(w.category, pmb.DivergenceWarning) for w in caught)
+    assert any(issubclass(w.category, pmbd.DivergenceWarning) for w in caught)
 
 
 def test_fixed_subsample_size_and_blocks_are_kept(logistic):
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer, subsample_size=200, blocks=20, taylor_order=1)
+    step = pmbd.HMCECS(model=model, layer=layer, subsample_size=200, blocks=20, taylor_order=1)
     idata = sample_two_chains(model, step, seed=14, draws=50, tune=50)
     assert np.all(idata.sample_stats["subsample_size"].values == 200)
     assert np.all(idata.sample_stats["cv_order"].values == 1)
@@ -178,7 +178,7 @@ def test_fixed_subsample_size_and_blocks_are_kept(logistic):
 
 def test_signed_stats(logistic):
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer, estimator="signed", products=4, lower_bound=-4.0)
+    step = pmbd.HMCECS(model=model, layer=layer, estimator="signed", products=4, lower_bound=-4.0)
     idata = sample_two_chains(model, step, seed=15, draws=50, tune=50)
     stats = idata.sample_stats
     assert np.all(stats["products"].values == 4)
@@ -200,12 +200,12 @@ def test_many_negative_signs_raise_a_warning():
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(x, b), observed=y)
-    step = pmb.HMCECS(model=model, estimator="signed", products=6, lower_bound=6.0)
+    step = pmbd.HMCECS(model=model, estimator="signed", products=6, lower_bound=6.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = sample_two_chains(model, step, seed=17, draws=200, tune=50)
     assert 0.3 < float((idata.sample_stats["sign"].values < 0).mean()) < 0.7
-    messages = [str(w.message) for w in caught if issubclass(w.category, pmb.BiasWarning)]
+    messages = [str(w.message) for w in caught if issubclass(w.category, pmbd.BiasWarning)]
     assert any("negative" in m for m in messages)
 
 
@@ -217,7 +217,7 @@ def test_signed_divergent_draws_keep_their_sign(logistic):
     (-1)^(number of factors): negative draws are common. Fails when a divergence resets the
     evaluation and the stat falls back to +1 (Eq. 5.3's averages biased)."""
     model, layer = logistic
-    step = pmb.HMCECS(
+    step = pmbd.HMCECS(
         model=model,
         layer=layer,
         estimator="signed",
@@ -257,7 +257,7 @@ def test_subsample_of_all_rows_is_the_exact_full_data_sum(logistic):
     full-data log posterior at that draw, with ``sigma_hat^2 = 0``. Fails when ``m = N``
     still draws N rows with replacement (a noisy, perturbed estimate)."""
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer, subsample_size=layer.n_rows)
+    step = pmbd.HMCECS(model=model, layer=layer, subsample_size=layer.n_rows)
     assert step.exact
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -286,8 +286,8 @@ def test_truncated_trajectories_are_a_stat_and_a_warning(logistic):
     from pymc_bigdata.step_methods.hmcecs import MAX_LEAPFROG
 
     model, layer = logistic
-    step = pmb.HMCECS(model=model, layer=layer, step_size=1.2 / (2 * MAX_LEAPFROG))
-    with model, pytest.warns(pmb.BiasWarning, match="leapfrog steps"):
+    step = pmbd.HMCECS(model=model, layer=layer, step_size=1.2 / (2 * MAX_LEAPFROG))
+    with model, pytest.warns(pmbd.BiasWarning, match="leapfrog steps"):
         idata = pm.sample(
             step=step,
             tune=0,

@@ -12,7 +12,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 #: SBPS's own choices in the paper (Sec. 4 and 7.1): k = 3 not tuned, no refreshment,
 #: Eq. 12's band, no checks, the paper's slope-prior update
@@ -30,21 +30,21 @@ _SBPS_PAPER = {
 #: what each sampler's paper fixes besides the shared extensions, and the values it needs
 #: given (the papers tune nothing: the user gives the step)
 PAPERS = {
-    pmb.SGLD: ({"adapt": False}, {"step_size": 1e-4}),
-    pmb.SGHMC: (
+    pmbd.SGLD: ({"adapt": False}, {"step_size": 1e-4}),
+    pmbd.SGHMC: (
         {"integrator": "sghmc", "noise_estimate": "zero", "adapt": False},
         {"learning_rate": 1e-6, "alpha": 0.1},
     ),
-    pmb.EWSG: (
+    pmbd.EWSG: (
         {"integrator": "euler", "index_weights": "paper", "adapt": False},
         {"step_size": 1e-3, "friction": 50.0},
     ),
-    pmb.AusterityMH: ({"test": "plain", "proposal": "rw", "adapt": False}, {"step_size": 0.05}),
+    pmbd.AusterityMH: ({"test": "plain", "proposal": "rw", "adapt": False}, {"step_size": 0.05}),
     # the paper tunes the step size by dual averaging and uses Taylor control variates and
     # a full mass matrix: only the geometry's re-estimation is ours
-    pmb.HMCECS: ({"taylor_space": "parameters", "adapt": True}, {}),
-    pmb.SBPS: (_SBPS_PAPER, {}),
-    pmb.pSBPS: (
+    pmbd.HMCECS: ({"taylor_space": "parameters", "adapt": True}, {}),
+    pmbd.SBPS: (_SBPS_PAPER, {}),
+    pmbd.pSBPS: (
         {**_SBPS_PAPER, "metric_update": "minibatch", "adapt_metric_after_tuning": True},
         {},
     ),
@@ -52,12 +52,12 @@ PAPERS = {
 
 #: extensions a sampler does not have (nothing to switch off)
 NOT_APPLICABLE = {
-    pmb.AusterityMH: {"reshuffled minibatches"},
-    pmb.HMCECS: {"reshuffled minibatches", "control variates", "preconditioner"},
+    pmbd.AusterityMH: {"reshuffled minibatches"},
+    pmbd.HMCECS: {"reshuffled minibatches", "control variates", "preconditioner"},
     # SBPS refuses reshuffled minibatches (Theorem 1); pSBPS's metric is its own, and in the
     # model's coordinates its defaults pick no census rows here (checked on SBPS)
-    pmb.SBPS: {"reshuffled minibatches"},
-    pmb.pSBPS: {"reshuffled minibatches", "preconditioner", "census rows"},
+    pmbd.SBPS: {"reshuffled minibatches"},
+    pmbd.pSBPS: {"reshuffled minibatches", "preconditioner", "census rows"},
 }
 
 
@@ -75,7 +75,7 @@ def hierarchy():
         z = pm.Normal("z", 0.0, 1.0, shape=8)
         slope = pm.Normal("slope", 0.0, 1.0)
         pm.Normal("y", mu + tau * z[group] + slope * x, 1.0, observed=y)
-    return model, pmb.MinibatchModel(model)
+    return model, pmbd.MinibatchModel(model)
 
 
 def _extensions(step) -> dict[str, bool]:
@@ -134,7 +134,7 @@ def test_paper_settings_switch_every_extension_off(cls, hierarchy):
 def test_signed_hmcecs_takes_the_same_paper_settings(hierarchy):
     """The signed estimator (Sec. 5 of Dang et al.) shares the perturbed one's settings."""
     model, layer = hierarchy
-    step = pmb.HMCECS(model=model, layer=layer, estimator="signed", **pmb.HMCECS.PAPER_SETTINGS)
+    step = pmbd.HMCECS(model=model, layer=layer, estimator="signed", **pmbd.HMCECS.PAPER_SETTINGS)
     extensions = _extensions(step)
     assert not extensions["census rows"] and not extensions["re-centred coordinates"]
     assert step.estimator == "signed" and step.taylor_space == "parameters"
@@ -147,7 +147,7 @@ def test_austerity_gibbs_paper_settings_use_the_papers_level():
     with pm.Model() as model:
         on = pm.Bernoulli("on", 0.5)
         pm.Normal("y", on * x, 1.0, observed=x + rng.normal(size=600))
-    default = pmb.AusterityGibbs([on], model=model)
-    paper = pmb.AusterityGibbs([on], model=model, **pmb.AusterityGibbs.PAPER_SETTINGS)
+    default = pmbd.AusterityGibbs([on], model=model)
+    paper = pmbd.AusterityGibbs([on], model=model, **pmbd.AusterityGibbs.PAPER_SETTINGS)
     assert default.epsilon == 0.001 and paper.epsilon == 0.05
     assert paper.batch_size == 500

@@ -6,10 +6,10 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.step_methods.progress import DIVERGENCES, STEP_SIZE, update_functions
 
-STEPS = [pmb.SGLD, pmb.SGHMC, pmb.SBPS, pmb.pSBPS, pmb.HMCECS, pmb.EWSG, pmb.AusterityMH]
+STEPS = [pmbd.SGLD, pmbd.SGHMC, pmbd.SBPS, pmbd.pSBPS, pmbd.HMCECS, pmbd.EWSG, pmbd.AusterityMH]
 
 
 @pytest.mark.parametrize("step_class", STEPS, ids=lambda c: c.__name__)
@@ -24,8 +24,8 @@ def test_every_column_is_a_declared_stat(step_class):
 
 
 def test_gibbs_columns_are_declared_stats():
-    declared = pmb.AusterityGibbs.stats_dtypes_shapes
-    assert all(f.stat in declared for f in pmb.AusterityGibbs.PROGRESS_FIELDS)
+    declared = pmbd.AusterityGibbs.stats_dtypes_shapes
+    assert all(f.stat in declared for f in pmbd.AusterityGibbs.PROGRESS_FIELDS)
 
 
 def test_the_bar_fails_once_the_chain_has_diverged():
@@ -46,7 +46,7 @@ def test_the_progress_bar_renders_the_columns(small_logistic, capsys, monkeypatc
     found (PyMC's default shows no column), a field naming a missing stat (a KeyError)."""
     monkeypatch.setenv("COLUMNS", "200")
     model, layer = small_logistic
-    step = pmb.SGHMC(model=model, layer=layer)
+    step = pmbd.SGHMC(model=model, layer=layer)
     with model:
         idata = pm.sample(
             step=step, tune=30, draws=30, chains=1, random_seed=3, progressbar=True,

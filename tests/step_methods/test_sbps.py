@@ -10,7 +10,7 @@ import pymc as pm
 import pytest
 from conftest import check_posterior
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.errors import BiasWarning
 
 SAMPLE_KW = dict(chains=2, progressbar=False, compute_convergence_checks=False)
@@ -28,7 +28,7 @@ def regression():
         b = pm.Normal("b", 0.0, 10.0, shape=d)
         pm.Normal("y", pm.math.dot(x, b), 1.0, observed=y)
     cov = np.linalg.inv(x.T @ x + np.eye(d) / 100.0)
-    layer = pmb.MinibatchModel(model)
+    layer = pmbd.MinibatchModel(model)
     layer.map_estimate()
     return model, layer, cov @ x.T @ y, np.sqrt(np.diag(cov))
 
@@ -60,23 +60,23 @@ def test_bad_settings_fail_before_any_full_data_pass(regression, monkeypatch, kw
     def no_pass(*args, **kw):
         raise AssertionError("a full-data pass ran before the settings were checked")
 
-    monkeypatch.setattr(pmb.MinibatchModel, "find_map", no_pass)
-    monkeypatch.setattr(pmb.MinibatchModel, "full_loglik_grad", no_pass)
+    monkeypatch.setattr(pmbd.MinibatchModel, "find_map", no_pass)
+    monkeypatch.setattr(pmbd.MinibatchModel, "full_loglik_grad", no_pass)
     with pytest.raises(ValueError, match=match):
-        pmb.SBPS(model=model, **kwargs)
+        pmbd.SBPS(model=model, **kwargs)
 
 
 def test_no_step_size(regression):
     model, layer, _, _ = regression
     with pytest.raises(TypeError, match="travel_time"):
-        pmb.SBPS(model=model, layer=layer, step_size=0.1)
+        pmbd.SBPS(model=model, layer=layer, step_size=0.1)
 
 
 def test_observation_is_unbiased_with_its_noise_and_consistent_gradient(regression):
     """G_hat averages the full-data directional derivative, its variance is Eq. 10's, and
     the bounce gradient is the same minibatch's (v . grad = G_hat exactly)."""
     model, layer, _, _ = regression
-    step = pmb.SBPS(model=model, layer=layer, batch_size=100)
+    step = pmbd.SBPS(model=model, layer=layer, batch_size=100)
     rng = np.random.default_rng(0)
     z, v = rng.standard_normal(3) * 2.0, rng.standard_normal(3)
     v /= np.linalg.norm(v)
@@ -94,7 +94,7 @@ def test_stats_declared_recorded_and_path_averages_match_draws(regression):
     """Every stat declared is in the result; the continuous-time estimates agree with the
     draws and with the analytic posterior, with cores=2 as with cores=1."""
     model, layer, mean, sd = regression
-    step = pmb.SBPS(model=model, layer=layer)
+    step = pmbd.SBPS(model=model, layer=layer)
     with model:
         idata = pm.sample(step=step, tune=300, draws=1000, cores=2, random_seed=3, **SAMPLE_KW)
     stats = idata.sample_stats
@@ -128,7 +128,7 @@ def test_path_functions_integrate_along_the_skeleton(regression):
         "theta_sq": lambda t: t * t,
         "wave": lambda t: np.sin((t[:, 0] - shift) / r),
     }
-    step = pmb.SBPS(model=model, layer=layer, path_functions=functions, quadrature_nodes=64)
+    step = pmbd.SBPS(model=model, layer=layer, path_functions=functions, quadrature_nodes=64)
     with model:
         idata = pm.sample(step=step, tune=300, draws=1000, cores=2, random_seed=9, **SAMPLE_KW)
     stats = idata.sample_stats
@@ -145,7 +145,7 @@ def test_doubled_bounce_rate_fails_the_posterior_check(regression, monkeypatch):
     """Power: a step that bounces on twice the directional derivative (the target p^2, sds
     1/sqrt(2) too small) fails the same check the real one passes."""
     model, layer, mean, sd = regression
-    step = pmb.SBPS(model=model, layer=layer)
+    step = pmbd.SBPS(model=model, layer=layer)
     observe = step._observe
 
     def doubled(z, v):
@@ -163,7 +163,7 @@ def test_violations_raise_a_bias_warning(regression):
     """A band far too narrow (k = 0.01, plain minibatch estimates of 20 rows) violates the
     proposal rate far more often than the regression predicts: a BiasWarning after sampling."""
     model, layer, _, _ = regression
-    step = pmb.SBPS(model=model, layer=layer, k=0.01, batch_size=20, control_variates=False)
+    step = pmbd.SBPS(model=model, layer=layer, k=0.01, batch_size=20, control_variates=False)
     with model, pytest.warns(BiasWarning, match="violated the proposal rate"):
         idata = pm.sample(step=step, tune=100, draws=200, cores=1, random_seed=5, **SAMPLE_KW)
     assert int(idata.sample_stats["violations"].sum()) > 10
@@ -174,7 +174,7 @@ def test_default_run_has_no_violation_warning(regression):
     with model, warnings.catch_warnings():
         warnings.simplefilter("error", BiasWarning)
         pm.sample(
-            step=pmb.SBPS(model=model, layer=layer),
+            step=pmbd.SBPS(model=model, layer=layer),
             tune=200,
             draws=300,
             cores=1,
@@ -185,7 +185,7 @@ def test_default_run_has_no_violation_warning(regression):
 
 def test_non_finite_gradient_is_a_divergence(regression, monkeypatch):
     model, layer, _, _ = regression
-    step = pmb.SBPS(model=model, layer=layer)
+    step = pmbd.SBPS(model=model, layer=layer)
     observe = step._observe
     calls = {"n": 0}
 
@@ -224,8 +224,8 @@ def test_psbps_beats_unpreconditioned_sbps_per_data_pass(anisotropic):
     model, mean, sd = anisotropic
     results = {}
     for name, step in (
-        ("psbps", pmb.pSBPS(model=model, batch_size=100)),
-        ("sbps", pmb.SBPS(model=model, batch_size=100, preconditioner="identity")),
+        ("psbps", pmbd.pSBPS(model=model, batch_size=100)),
+        ("sbps", pmbd.SBPS(model=model, batch_size=100, preconditioner="identity")),
     ):
         with model, warnings.catch_warnings():
             # SBPS on the raw coordinates violates its band on 0.9 % of its proposals here
@@ -248,7 +248,7 @@ def test_proposal_budget_stops_the_draw_without_undoing_it(regression, monkeypat
 
     model, layer, _, _ = regression
     monkeypatch.setattr(sbps_kernel, "MAX_PROPOSALS", 3)
-    step = pmb.SBPS(model=model, layer=layer)
+    step = pmbd.SBPS(model=model, layer=layer)
     with model, pytest.warns(BiasWarning, match="stopped after 3 bounce proposals"):
         idata = pm.sample(
             step=step,

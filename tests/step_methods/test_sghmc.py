@@ -10,7 +10,7 @@ import pymc as pm
 import pytest
 from conftest import check_posterior, sample_two_chains
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def noisy_normal():
         mu = pm.Normal("mu", 0.0, 10.0)
         pm.Normal("y", mu, 1.0, observed=y)
     precision = 1 / 100 + len(y)
-    return model, pmb.MinibatchModel(model), y.sum() / precision, 1 / np.sqrt(precision)
+    return model, pmbd.MinibatchModel(model), y.sum() / precision, 1 / np.sqrt(precision)
 
 
 def test_fisher_and_split_noise_estimates_agree(noisy_normal):
@@ -33,7 +33,7 @@ def test_fisher_and_split_noise_estimates_agree(noisy_normal):
     model, layer, _, _ = noisy_normal
     expected = 20_000 / 1_000 * (1 - 1_000 / 20_000)
     for estimate in ("running", "fisher"):
-        step = pmb.SGHMC(
+        step = pmbd.SGHMC(
             model=model,
             layer=layer,
             control_variates=False,
@@ -64,12 +64,12 @@ def test_bhat_correction_removes_noise_inflation(noisy_normal):
     model, layer, mean, sd = noisy_normal
     common = dict(model=model, layer=layer, control_variates=False, step_size=0.05, friction=1.0)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", pmb.BiasWarning)  # the corrected chain is on target
-        corrected = sample_two_chains(model, pmb.SGHMC(noise_estimate="fisher", **common), seed=2)
+        warnings.simplefilter("error", pmbd.BiasWarning)  # the corrected chain is on target
+        corrected = sample_two_chains(model, pmbd.SGHMC(noise_estimate="fisher", **common), seed=2)
     check_posterior(corrected, "mu", np.array(mean), np.array(sd))
-    with pytest.warns(pmb.BiasWarning, match="virial|kinetic|noise"):  # and it says so
+    with pytest.warns(pmbd.BiasWarning, match="virial|kinetic|noise"):  # and it says so
         uncorrected = sample_two_chains(
-            model, pmb.SGHMC(noise_estimate="zero", reshuffle=False, **common), seed=2
+            model, pmbd.SGHMC(noise_estimate="zero", reshuffle=False, **common), seed=2
         )
     assert float(uncorrected.posterior["mu"].std()) > 1.1 * sd
 
@@ -78,7 +78,7 @@ def test_bhat_requires_independent_minibatches(noisy_normal):
     """A noise estimate with reshuffled (correlated) minibatches is refused, not ignored."""
     model, layer, _, _ = noisy_normal
     with pytest.raises(ValueError, match="reshuffle=False"):
-        pmb.SGHMC(model=model, layer=layer, noise_estimate="fisher", reshuffle=True)
+        pmbd.SGHMC(model=model, layer=layer, noise_estimate="fisher", reshuffle=True)
 
 
 def test_eq15_integrator_with_learning_rate_and_alpha(noisy_normal):
@@ -87,7 +87,7 @@ def test_eq15_integrator_with_learning_rate_and_alpha(noisy_normal):
     eta = 0.01 (eps = 0.1), alpha = 0.1 (C = 1). Its O(eps) bias on a unit Gaussian is about
     eps/4 in variance, so the sd band is widened by sqrt(1 + eps/4) on one side."""
     model, layer, mean, sd = noisy_normal
-    step = pmb.SGHMC(
+    step = pmbd.SGHMC(
         model=model,
         layer=layer,
         integrator="sghmc",
@@ -104,8 +104,8 @@ def test_eta_alpha_argument_errors(noisy_normal):
     """step_size and learning_rate (or friction and alpha) are exclusive; alpha needs a step."""
     model, layer, _, _ = noisy_normal
     with pytest.raises(ValueError, match="either step_size or learning_rate"):
-        pmb.SGHMC(model=model, layer=layer, step_size=0.1, learning_rate=0.01)
+        pmbd.SGHMC(model=model, layer=layer, step_size=0.1, learning_rate=0.01)
     with pytest.raises(ValueError, match="either friction or alpha"):
-        pmb.SGHMC(model=model, layer=layer, learning_rate=0.01, alpha=0.1, friction=1.0)
+        pmbd.SGHMC(model=model, layer=layer, learning_rate=0.01, alpha=0.1, friction=1.0)
     with pytest.raises(ValueError, match="alpha"):
-        pmb.SGHMC(model=model, layer=layer, alpha=0.1)
+        pmbd.SGHMC(model=model, layer=layer, alpha=0.1)

@@ -41,17 +41,17 @@ from conftest import (
     sample_two_chains,
 )
 
-import pymc_bigdata as pmb
+import pymc_bigdata as pmbd
 from pymc_bigdata.demo import make_data
 
 SAMPLERS = {
-    "sghmc": (pmb.SGHMC, 1.0),
-    "sgld": (pmb.SGLD, 1.0 / np.sqrt(1.0 - pmb.SGLD.default_step_size / 4.0)),
-    "sbps": (pmb.SBPS, 1.0),
-    "hmcecs": (pmb.HMCECS, 1.0),
-    "hmcecs_signed": (partial(pmb.HMCECS, estimator="signed"), 1.0),
-    "ewsg": (pmb.EWSG, 1.0),
-    "austerity": (pmb.AusterityMH, 1.0),
+    "sghmc": (pmbd.SGHMC, 1.0),
+    "sgld": (pmbd.SGLD, 1.0 / np.sqrt(1.0 - pmbd.SGLD.default_step_size / 4.0)),
+    "sbps": (pmbd.SBPS, 1.0),
+    "hmcecs": (pmbd.HMCECS, 1.0),
+    "hmcecs_signed": (partial(pmbd.HMCECS, estimator="signed"), 1.0),
+    "ewsg": (pmbd.EWSG, 1.0),
+    "austerity": (pmbd.AusterityMH, 1.0),
 }
 
 
@@ -99,7 +99,7 @@ def conjugate_normal():
         pm.Normal("y", mu, 2.0, observed=y)
     precision = 1 / 10.0**2 + len(y) / 2.0**2
     mean = (1.0 / 10.0**2 + y.sum() / 2.0**2) / precision
-    return model, pmb.MinibatchModel(model), mean, 1 / np.sqrt(precision)
+    return model, pmbd.MinibatchModel(model), mean, 1 / np.sqrt(precision)
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
@@ -125,7 +125,7 @@ def linear_regression():
         pm.Normal("y", pm.math.dot(x, b), 1.5, observed=y)
     precision = x.T @ x / 1.5**2 + np.eye(d) / 2.0**2
     cov = np.linalg.inv(precision)
-    return model, pmb.MinibatchModel(model), cov @ (x.T @ y) / 1.5**2, np.sqrt(np.diag(cov))
+    return model, pmbd.MinibatchModel(model), cov @ (x.T @ y) / 1.5**2, np.sqrt(np.diag(cov))
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
@@ -192,7 +192,7 @@ def test_two_observed_variables_sharing_rows():
         c = pm.Normal("c", 0.0, 1.0, shape=2)
         pm.Normal("y1", pm.math.dot(x, a), 1.0, observed=y1)
         pm.Bernoulli("y2", logit_p=pm.math.dot(x, c), observed=y2)
-    step = pmb.SGHMC(model=model)
+    step = pmbd.SGHMC(model=model)
     laplace = step.layer.map_estimate()
     logistic = _logistic_log_post(x, y2, 1.0)
 
