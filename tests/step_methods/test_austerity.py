@@ -53,6 +53,9 @@ def logistic(small_logistic):
         ({"inner_steps": 0}, r"inner_steps must be a positive integer"),
         ({"batch_size": 0}, r"batch_size"),
         ({"batch_size": 10**7}, r"batch_size"),
+        ({"audit_every": 0}, r"audit_every must be an integer >= 1 or None"),
+        ({"audit_every": 2.5}, r"audit_every must be an integer >= 1 or None"),
+        ({"audit_every": True}, r"audit_every must be an integer >= 1 or None"),
     ],
 )
 def test_bad_settings_fail_before_any_full_data_pass(logistic, kwargs, match):
