@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pymc_bigdata.step_methods.decision_audit import AUDIT_MIN_WRONG, WRONG_PER_DRAW_ALARM
+from pymc_bigdata.step_methods.decision_audit import audit_verdict
 
 __all__ = [
     "COLLAPSED_SCALE",
@@ -264,18 +264,9 @@ class AusterityAlarm:
         return problems
 
     def _audit_problem(self, sampler: str) -> str | None:
-        """The audit's verdict (:mod:`.decision_audit`): wrong decisions per kept draw
-        above ``WRONG_PER_DRAW_ALARM``, from at least ``AUDIT_MIN_WRONG`` of them."""
-        if not self._audited or self._wrong < AUDIT_MIN_WRONG:
+        """The audit's verdict (:func:`~.decision_audit.audit_verdict`)."""
+        if not self._kept_draws:
             return None
-        rate = self._wrong / self._audited
-        per_draw = rate * self._kept_decisions / self._kept_draws
-        if per_draw <= WRONG_PER_DRAW_ALARM:
-            return None
-        return (
-            f"{sampler}: {self._wrong} of {self._audited} audited decisions disagreed with a "
-            f"second test at level 1e-6 ({rate:.1%}; about {per_draw:.2f} wrong decisions per "
-            f"draw, above {WRONG_PER_DRAW_ALARM:g}): the chain's law is off the posterior "
-            "(Korattikara et al. 2014, Theorem 1). Lower epsilon, or use the residual test "
-            "(control variates)."
-        )
+        per_draw = self._kept_decisions / self._kept_draws
+        remedy = "Lower epsilon, or use the residual test (control variates)."
+        return audit_verdict(sampler, self._audited, self._wrong, per_draw, remedy)

@@ -34,7 +34,11 @@ from pymc_bigdata.model.difference_terms import control_variate_sum
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
-from pymc_bigdata.step_methods.decision_audit import AUDIT_EVERY, DecisionAudit
+from pymc_bigdata.step_methods.decision_audit import (
+    AUDIT_EVERY,
+    DecisionAudit,
+    check_audit_every,
+)
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
@@ -208,10 +212,7 @@ class AusterityMH(SubsamplingStep):
                     f"AusterityMH has no {key!r}: its test reads rows without replacement, "
                     "all of them equally likely, and no gradient noise enters its target."
                 )
-        if audit_every is not None and (
-            isinstance(audit_every, bool) or not isinstance(audit_every, int) or audit_every < 1
-        ):
-            raise ValueError(f"audit_every must be an integer >= 1 or None, got {audit_every!r}.")
+        check_audit_every(audit_every)
         self.audit_every = audit_every
         self.epsilon = float(epsilon)
         self._given_proposal = proposal

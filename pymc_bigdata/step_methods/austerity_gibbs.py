@@ -35,6 +35,12 @@ from pymc_bigdata.kernels.austerity import gibbs_decision
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
 from pymc_bigdata.step_methods.base import step_own_vars
+from pymc_bigdata.step_methods.decision_audit import (
+    AUDIT_EVERY,
+    DecisionAudit,
+    audit_verdict,
+    check_audit_every,
+)
 from pymc_bigdata.step_methods.diagnostics import bias_warning
 from pymc_bigdata.step_methods.progress import ProgressField, progressbar_config, update_functions
 
@@ -59,6 +65,8 @@ class _Update(NamedTuple):
     clt_error: float
     exact: bool
     finite: bool
+    audited: bool = False
+    wrong: bool = False
 
 
 class _Decisive(Exception):
@@ -92,6 +100,10 @@ class AusterityGibbs(ArrayStepShared):
         A discrete :class:`~pymc_bigdata.MinibatchModel` (``discrete=True``) to reuse.
     rng
         Seed or generator; ``pm.sample`` replaces it per chain.
+    audit_every
+        One kept update in this many is decided again at level ``1e-6`` from rows of its
+        own, as AusterityMH's (:mod:`~pymc_bigdata.step_methods.decision_audit`); default 50,
+        ``None`` switches it off. It does not change the draws.
 
     Notes
     -----
@@ -101,7 +113,9 @@ class AusterityGibbs(ArrayStepShared):
     mean final p-value δ), ``clt_error`` (the Edgeworth estimate of the t-test's level error
     over the updates that stopped early), ``exact_fraction`` (updates that read every row),
     ``rows_touched`` and ``data_fraction`` (rows read in the sweep), ``nonfinite`` and
-    ``diverging`` (updates whose conditional was NaN; the value is then kept).
+    ``diverging`` (updates whose conditional was NaN; the value is then kept), ``audited``
+    and ``audit_wrong`` (updates the audit decided again, and those it decided the other
+    way).
     """
 
     name = "austerity_gibbs"
@@ -138,6 +152,8 @@ class AusterityGibbs(ArrayStepShared):
         "rows_touched": (np.int64, []),
         "data_fraction": (np.float64, []),
         "nonfinite": (np.int64, []),
+        "audited": (np.int64, []),
+        "audit_wrong": (np.int64, []),
         "diverging": (bool, []),
         "tune": (bool, []),
         "warning": (SamplerWarning, None),
@@ -156,6 +172,7 @@ class AusterityGibbs(ArrayStepShared):
         mode=None,
         initial_point=None,
         compile_kwargs: dict | None = None,
+        audit_every: int | None = AUDIT_EVERY,
     ):
         if isinstance(epsilon, bool) or not (
             isinstance(epsilon, int | float) and 0.0 <= epsilon < 1.0
@@ -175,6 +192,8 @@ class AusterityGibbs(ArrayStepShared):
         check_batch_size(batch_size, layer.n_rows)
         self.batch_size = int(batch_size)
         self.epsilon = float(epsilon)
+        check_audit_every(audit_every)
+        self.audit_every = audit_every
         layer.check_row_factorisation(gradient_free=True)
         super().__init__(layer.value_vars, {}, blocked=blocked, rng=rng)
         self._permutation = LazyPermutation(layer.n_rows, self.rng)
@@ -205,6 +224,14 @@ class AusterityGibbs(ArrayStepShared):
         self._draw_index = 0
         self._kept_clt: list[float] = []
         self._nonfinite_seen = 0
+        self._audited = self._audit_wrong = self._audit_rows = 0
+        self._kept_updates = self._kept_draws = 0
+        audit_on = self.audit_every is not None and self.epsilon > 0
+        self._audit = (
+            DecisionAudit(self.layer.n_rows, self.batch_size, self.audit_every, self.rng)
+            if audit_on
+            else None
+        )
 
     # ------------------------------------------------------------------ PyMC step
     def step(self, point):
@@ -243,14 +270,14 @@ class AusterityGibbs(ArrayStepShared):
             return x, _Update(False, 0, 0, 0.0, math.nan, False, False)
         self._permutation.start(self.rng)
         try:
-            test = gibbs_decision(
+            decided = gibbs_decision(
                 known,
-                self._row_differences(one, zero),
+                self._row_differences(one, zero, self._permutation),
                 self.layer.n_rows,
                 self.batch_size,
                 self.epsilon,
                 self.rng,
-            ).test
+            )
         except _Decisive as certain:
             value = certain.value
             new = one if value else zero
@@ -259,8 +286,10 @@ class AusterityGibbs(ArrayStepShared):
             )
         except _NaNRow:
             return x, _Update(False, self._permutation.drawn, 0, 0.0, math.nan, False, False)
+        test = decided.test
         value = int(test.accept)
         exact = test.rows >= self.layer.n_rows
+        audited, wrong = self._audit_update(decided.mu0, value, exact, one, zero)
         update = _Update(
             value != current,
             test.rows,
@@ -269,16 +298,41 @@ class AusterityGibbs(ArrayStepShared):
             math.nan if exact else test.clt_error,
             exact,
             True,
+            audited,
+            wrong,
         )
         return (one if value else zero), update
 
-    def _row_differences(self, one: np.ndarray, zero: np.ndarray):
-        """``next_differences`` of the test: ``l_i(x_j = 1) - l_i(x_j = 0)`` on the next
-        rows of the permutation."""
+    def _audit_update(
+        self, mu0: float, value: int, exact: bool, one: np.ndarray, zero: np.ndarray
+    ) -> tuple[bool, bool]:
+        """``(audited, wrong)``: a kept update's second opinion when one is due (an update
+        that read every row is exact; a conditional the audit finds undefined is not
+        counted)."""
+        if self._audit is None or self.tune or not self._audit.due():
+            return False, False
+        if exact:
+            return True, False
+        permutation = self._audit.permutation
+        try:
+            second = int(
+                self._audit.redecide(mu0, lambda perm: self._row_differences(one, zero, perm))
+            )
+        except _Decisive as certain:
+            second = certain.value
+        except _NaNRow:
+            self._audit_rows += permutation.drawn
+            return False, False
+        self._audit_rows += permutation.drawn
+        return True, second != value
+
+    def _row_differences(self, one: np.ndarray, zero: np.ndarray, permutation: LazyPermutation):
+        """``next_differences`` of a test: ``l_i(x_j = 1) - l_i(x_j = 0)`` on the next rows
+        of ``permutation`` (started by the caller)."""
         layer = self.layer
 
         def next_differences(k: int) -> np.ndarray:
-            rows = layer.take_rows(self._permutation.next(k))
+            rows = layer.take_rows(permutation.next(k))
             try:
                 d = layer.difference_terms.differences(one, zero, rows, None, -1)
             except ParameterValueError as exc:
@@ -298,12 +352,18 @@ class AusterityGibbs(ArrayStepShared):
     def _stats(self, updates: list[_Update]) -> dict[str, Any]:
         count = max(len(updates), 1)
         n_rows = self.layer.n_rows
-        rows_touched = sum(u.rows for u in updates)
+        rows_touched = sum(u.rows for u in updates) + self._audit_rows
+        self._audit_rows = 0
+        audited, wrong = sum(u.audited for u in updates), sum(u.wrong for u in updates)
+        self._audited += audited
+        self._audit_wrong += wrong
         early = [u.clt_error for u in updates if u.finite and not math.isnan(u.clt_error)]
         nonfinite = sum(not u.finite for u in updates)
         self._nonfinite_seen += nonfinite
         if not self.tune:
             self._kept_clt.extend(early)
+            self._kept_updates += len(updates)
+            self._kept_draws += 1
         return {
             "flips": sum(u.flipped for u in updates),
             "updates": len(updates),
@@ -316,6 +376,8 @@ class AusterityGibbs(ArrayStepShared):
             "rows_touched": rows_touched,
             "data_fraction": rows_touched / n_rows,
             "nonfinite": nonfinite,
+            "audited": audited,
+            "audit_wrong": wrong,
             "diverging": nonfinite > 0,
             "tune": self.tune,
             "warning": None,
@@ -334,6 +396,10 @@ class AusterityGibbs(ArrayStepShared):
                 f"{self.epsilon:g}): the conditionals may be off by more than epsilon. Raise "
                 "batch_size or lower epsilon."
             )
+        per_draw = self._kept_updates / max(self._kept_draws, 1)
+        remedy = "Lower epsilon (the default is 0.001)."
+        audit = audit_verdict(name, self._audited, self._audit_wrong, per_draw, remedy)
+        problems += [] if audit is None else [audit]
         if self._nonfinite_seen:
             problems.append(
                 f"{name}: {self._nonfinite_seen} updates met a conditional that was not "

@@ -38,6 +38,8 @@ __all__ = [
     "WRONG_PER_DRAW_ALARM",
     "DecisionAudit",
     "audit_generator",
+    "audit_verdict",
+    "check_audit_every",
 ]
 
 #: one kept decision in this many is audited (the audit's extra rows are a few per cent of
@@ -58,6 +60,34 @@ WRONG_PER_DRAW_ALARM = 0.2
 
 #: and at least this many wrong decisions were seen (one is no evidence of a rate)
 AUDIT_MIN_WRONG = 2
+
+
+def check_audit_every(audit_every: object) -> None:
+    """Refuse an ``audit_every`` that is not an integer >= 1 or None."""
+    if audit_every is not None and (
+        isinstance(audit_every, bool) or not isinstance(audit_every, int) or audit_every < 1
+    ):
+        raise ValueError(f"audit_every must be an integer >= 1 or None, got {audit_every!r}.")
+
+
+def audit_verdict(
+    sampler: str, audited: int, wrong: int, decisions_per_draw: float, remedy: str
+) -> str | None:
+    """The alarm's text when the audited share of wrong decisions times the decisions per
+    draw exceeds ``WRONG_PER_DRAW_ALARM`` (from at least ``AUDIT_MIN_WRONG`` wrong ones),
+    else None."""
+    if not audited or wrong < AUDIT_MIN_WRONG:
+        return None
+    rate = wrong / audited
+    per_draw = rate * decisions_per_draw
+    if per_draw <= WRONG_PER_DRAW_ALARM:
+        return None
+    return (
+        f"{sampler}: {wrong} of {audited} audited decisions disagreed with a second test at "
+        f"level {AUDIT_LEVEL:g} ({rate:.1%}; about {per_draw:.2f} wrong decisions per draw, "
+        f"above {WRONG_PER_DRAW_ALARM:g}): the chain's law is off the posterior (Korattikara "
+        f"et al. 2014, Theorems 1 and 2). {remedy}"
+    )
 
 
 def audit_generator(rng: np.random.Generator) -> np.random.Generator:
