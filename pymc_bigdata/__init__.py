@@ -1,7 +1,7 @@
 """pymc-bigdata: subsampling MCMC step methods for PyMC models with many rows."""
 
 from pymc_bigdata.data import Data
-from pymc_bigdata.distributed import ChainFailedError, sample_dask
+from pymc_bigdata.distributed import ChainFailedError, read_store, sample_dask
 from pymc_bigdata.errors import (
     BiasWarning,
     DivergenceWarning,
@@ -57,6 +57,7 @@ __all__ = [
     "pointwise_log_likelihood",
     "prefer",
     "register",
+    "read_store",
     "sample_dask",
     "score_check",
     "sign_corrected_summary",

@@ -11,19 +11,25 @@ PyMC's multiprocess sampler does, with that chain's generator state and initial 
 recorded draws and statistics come back into PyMC's trace objects, and ``pm.sample``
 finishes as usual.
 
-A chain that raises, or whose worker leaves the cluster while the chain runs (Dask would
-silently run it again elsewhere), fails the whole call with :class:`ChainFailedError`;
-partial chains are never returned.
+A chain whose worker leaves the cluster while the chain runs is run again from its start
+on another worker (up to ``retries`` times): its draws are a function of its generator state
+and initial point, so the result is still equal to ``cores=1``. A chain that raises, or is
+lost more often than that, fails the whole call with :class:`ChainFailedError`; partial
+chains are never returned. With ``store=`` each chain is written to disk the moment it
+finishes, and a call with the same arguments and store runs only the chains it lacks
+(:mod:`pymc_bigdata.distributed_store`).
 
 The chains' routing lives in :mod:`pymc_bigdata.distributed_routing`, the caller's side of
 a run in :mod:`pymc_bigdata.distributed_chains` (its watch over lost workers in
-:mod:`pymc_bigdata.distributed_watch`), the workers' side in
+:mod:`pymc_bigdata.distributed_watch`, its progress bar in
+:mod:`pymc_bigdata.distributed_progress`), the workers' side in
 :mod:`pymc_bigdata.distributed_worker`, and what both sides share (:class:`ChainFailedError`,
 the scheduler events' names) in :mod:`pymc_bigdata.distributed_protocol`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +39,12 @@ import pymc as pm
 from pymc_bigdata.distributed_chains import ClusterRun
 from pymc_bigdata.distributed_protocol import ChainFailedError
 from pymc_bigdata.distributed_routing import chains_on_cluster, renamed_sequential_message
+from pymc_bigdata.distributed_store import read_store
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["ChainFailedError", "sample_dask"]
+__all__ = ["ChainFailedError", "read_store", "sample_dask"]
 
 #: pm.sample arguments that cannot work when chains run as remote tasks
 _REFUSED = {
@@ -57,6 +64,8 @@ def sample_dask(
     random_seed: Any = None,
     step: Any = None,
     model: pm.Model | None = None,
+    retries: int = 3,
+    store: str | os.PathLike | None = None,
     **sample_kwargs: Any,
 ):
     """Run ``pm.sample``'s chains as tasks on a Dask cluster.
@@ -90,13 +99,27 @@ def sample_dask(
         continuous model).
     model
         The model; ``None`` takes it from the ``with pm.Model():`` context.
+    retries
+        How many times a chain lost with its worker (killed, out of memory, a lost machine)
+        runs again from its start on another worker; each time is logged as a warning on
+        the ``pymc_bigdata.distributed`` logger with the worker that left. A chain that
+        raises is not run again.
+    store
+        A directory to which each chain's draws and statistics are written the moment the
+        chain finishes. Calling ``sample_dask`` again with the same arguments and store
+        (after a failure, or after the calling process itself died) runs only the chains
+        the store lacks and returns the same result as an uninterrupted run. A store
+        written by another run (model, data, step, seed, draws or package versions) is
+        refused. :func:`read_store` reads the finished chains without the model.
     **sample_kwargs
         Any other :func:`pymc.sample` argument (``initvals``, ``init``, ``var_names``,
         ``idata_kwargs``, ``compile_kwargs``, ``discard_tuned_samples``,
         ``compute_convergence_checks``, step arguments such as ``target_accept``...), except
         ``cores``, ``callback``, ``trace`` and ``mp_ctx``. ``nuts_sampler`` may only be
-        ``"pymc"`` (the default here). ``progressbar`` defaults to ``False``; completed
-        chains are logged at INFO level on the ``pymc_bigdata.distributed`` logger.
+        ``"pymc"`` (the default here). ``progressbar`` defaults to ``False``; ``True`` (or
+        any of PyMC's progress-bar modes) shows PyMC's bar, fed by the workers as the chains
+        run. Completed chains are logged at INFO level on the ``pymc_bigdata.distributed``
+        logger.
 
     Returns
     -------
@@ -106,10 +129,13 @@ def sample_dask(
     Raises
     ------
     ChainFailedError
-        A chain raised on its worker (the original exception is chained), or its worker left
-        the cluster while it ran; the other chains are cancelled and nothing is returned.
+        A chain raised on its worker (the original exception is chained), it was lost more
+        than ``retries`` times, or the cluster had no worker for a minute; the other chains
+        are cancelled, nothing is returned, and the error names the chains that finished
+        (kept in ``store`` when one was given).
     TypeError, ValueError
-        A bad argument (``client`` not a ``Client``, ``chains < 1``, a refused argument...).
+        A bad argument (``client`` not a ``Client``, ``chains < 1``, ``retries < 0``, a
+        refused argument, a ``store`` of another run...).
     RuntimeError
         ``client=None`` and there is no default client.
     NotImplementedError
@@ -125,13 +151,16 @@ def sample_dask(
     """
     client = _resolve_client(client)
     _check_arguments(chains, draws, tune, sample_kwargs)
+    _check_count("retries", retries, minimum=0)
+    if store is not None and not isinstance(store, str | os.PathLike):
+        raise TypeError(f"store must be a directory path, got {type(store).__name__}.")
     sample_kwargs.update(draws=draws, tune=tune, chains=chains, random_seed=random_seed)
-    return _sample_on_cluster(client, step=step, model=model, **sample_kwargs)
+    run = ClusterRun(client=client, thread=threading.get_ident(), retries=retries, store=store)
+    return _sample_on_cluster(run, step=step, model=model, **sample_kwargs)
 
 
-def _sample_on_cluster(client: Client, **kwargs: Any) -> Any:
+def _sample_on_cluster(run: ClusterRun, **kwargs: Any) -> Any:
     """``pm.sample(cores=1, nuts_sampler="pymc", **kwargs)``, its chains run on the cluster."""
-    run = ClusterRun(client=client, thread=threading.get_ident())
     with chains_on_cluster(run), renamed_sequential_message(run, kwargs["chains"]):
         return pm.sample(cores=1, nuts_sampler="pymc", **kwargs)
 

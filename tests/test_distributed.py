@@ -7,6 +7,7 @@ it fast for the later ones and for later sessions).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ import pytest
 from conftest import logistic_data
 
 import pymc_bigdata as pmbd
+from pymc_bigdata import distributed_chains
 from pymc_bigdata.distributed import ChainFailedError, sample_dask
 
 distributed = pytest.importorskip("distributed")
@@ -168,48 +170,154 @@ def _executing_chains(dask_worker) -> list[str]:
     return [str(ts.key) for ts in dask_worker.state.executing]
 
 
-def test_killed_worker_fails_the_run(two_workers, model, sghmc):
-    """A worker process killed mid-chain fails the run (Dask would re-run the chain)."""
-    killed: list[str] = []
+def _kill_workers_mid_chain(
+    client, killed: list[str], *, how_many: int = 1, ready=lambda: True
+) -> threading.Thread:
+    """A thread that kills ``how_many`` worker processes once every worker runs a chain
+    (and ``ready()``), recording their addresses in ``killed``."""
 
-    def kill_a_worker_mid_chain() -> None:
+    def kill() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
-                running = two_workers.run(_executing_chains)
+                running = client.run(_executing_chains)
                 busy = [w for w, keys in running.items() if any("chain" in k for k in keys)]
-                if len(busy) == 2:
-                    time.sleep(1.0)  # well into the chain
-                    killed.append(busy[0])
-                    with contextlib.suppress(Exception):
-                        two_workers.run(os._exit, 1, workers=[busy[0]])
+                if len(busy) == 2 and ready():
+                    time.sleep(0.5)  # well into the chains
+                    for worker in sorted(busy)[:how_many]:
+                        killed.append(worker)
+                        with contextlib.suppress(Exception):
+                            client.run(os._exit, 1, workers=[worker])
                     return
-            time.sleep(0.2)
+            time.sleep(0.1)
 
-    with model:  # 100 leapfrog steps a draw: about two minutes a chain, if left to finish
-        slow = pmbd.SGHMC(layer=sghmc.layer, inner_steps=100)
-    killer = threading.Thread(target=kill_a_worker_mid_chain, daemon=True)
-    killer.start()
-    t0 = time.perf_counter()
-    with pytest.raises(ChainFailedError, match=r"Chain [01] was lost") as info:
-        sample_dask(two_workers, **{**SAMPLE, "draws": 20_000}, step=slow, model=model)
-    elapsed = time.perf_counter() - t0
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+#: four chains of a few seconds each on two workers: one is killed while both run a chain
+KILLED = {"draws": 600, "tune": 300, "chains": 4, "random_seed": 20261126}
+
+
+@pytest.mark.parametrize("sampler", ["sghmc", "nuts"])
+def test_a_killed_worker_s_chain_runs_again_with_the_same_draws(
+    two_workers, model, sghmc, sampler, caplog
+):
+    """One of two workers killed mid-chain: its chain runs again from its start, and the
+    result equals pm.sample(cores=1) value for value (the old code raised instead)."""
+    step = sghmc if sampler == "sghmc" else None
+    kwargs = {**KILLED, "tune": 1000} if sampler == "nuts" else KILLED
+    with model:
+        local = pm.sample(**kwargs, cores=1, step=step, progressbar=False)
+    killed: list[str] = []
+    killer = _kill_workers_mid_chain(two_workers, killed)
+    with caplog.at_level(logging.INFO, logger="pymc_bigdata.distributed"):
+        remote = sample_dask(two_workers, **kwargs, step=step, model=model)
     killer.join(timeout=5)
     assert killed, "the chains never ran on both workers"
-    assert info.value.chain in (0, 1)
-    assert info.value.worker == killed[0]
-    assert killed[0] in str(info.value)
-    assert elapsed < 60, f"the failure took {elapsed:.0f} s to surface"
+    lost = [r.getMessage() for r in caplog.records if "was lost with worker" in r.getMessage()]
+    assert lost and killed[0] in lost[0], lost
+    assert "retry 1 of 3" in lost[0]
+    assert_same_draws(local, remote)
     assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY
-    # the surviving chain stops too (it polls the run's abort event), freeing its worker
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if not any(two_workers.run(_executing_chains).values()):
-                break
-        time.sleep(0.2)
-    else:
-        pytest.fail("a chain kept running after the run failed")
+
+
+def test_retries_spent_fail_with_the_finished_chains_in_the_store(
+    two_workers, model, sghmc, tmp_path
+):
+    """Both workers killed with retries=0: a clear error naming the finished and lost
+    chains; the finished chains stay in the store, readable without the model; the same
+    call again runs only the others and equals pm.sample(cores=1)."""
+    with model:  # about two seconds a chain: chains 2 and 3 start once 0 and 1 are kept
+        slow = pmbd.SGHMC(layer=sghmc.layer, inner_steps=30)
+    store = tmp_path / "chains"
+    killed: list[str] = []
+    killer = _kill_workers_mid_chain(
+        two_workers, killed, how_many=2, ready=lambda: any(store.glob("chain-*.pickle"))
+    )
+    with pytest.raises(ChainFailedError, match="more than retries=0") as info:
+        sample_dask(two_workers, **KILLED, step=slow, model=model, retries=0, store=store)
+    killer.join(timeout=5)
+    assert len(killed) == 2, "the kill never came"
+    finished = info.value.finished
+    assert finished and len(finished) < 4
+    assert f"Finished chains {list(finished)} are in store" in str(info.value)
+    kept = pmbd.read_store(store)
+    np.testing.assert_array_equal(kept.posterior["chain"].values, finished)
+    assert kept.posterior.sizes["draw"] == KILLED["draws"]
+
+    two_workers.wait_for_workers(2, timeout=120)
+    with model:
+        local = pm.sample(**KILLED, cores=1, step=slow, progressbar=False)
+    for i in finished:  # the kept chains are the reference's chains
+        np.testing.assert_array_equal(
+            kept.posterior["beta"].sel(chain=i).values, local.posterior["beta"].sel(chain=i)
+        )
+    rerun: list[int] = []
+    with _chains_submitted(rerun):
+        resumed = sample_dask(two_workers, **KILLED, step=slow, model=model, store=store)
+    assert sorted(rerun) == sorted(set(range(4)) - set(finished))
+    assert_same_draws(local, resumed)
+
+
+@contextlib.contextmanager
+def _chains_submitted(chains: list[int]):
+    """Record the chains whose tasks the caller submits."""
+    original = distributed_chains.ChainTasks._submit
+
+    def submit(self, chain, attempt):
+        chains.append(chain)
+        return original(self, chain, attempt)
+
+    distributed_chains.ChainTasks._submit = submit
+    try:
+        yield
+    finally:
+        distributed_chains.ChainTasks._submit = original
+
+
+def test_a_store_of_another_run_is_refused(two_workers, model, sghmc, tmp_path):
+    small = {"draws": 20, "tune": 20, "chains": 2}
+    sample_dask(two_workers, **small, random_seed=1, step=sghmc, model=model, store=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("chain-*")) == ["chain-0.pickle", "chain-1.pickle"]
+    with pytest.raises(ValueError, match="holds chains of another run: its chain_states differ"):
+        sample_dask(two_workers, **small, random_seed=2, step=sghmc, model=model, store=tmp_path)
+    with pytest.raises(ValueError, match="its draws differ"):
+        sample_dask(
+            two_workers,
+            **{**small, "draws": 21},
+            random_seed=1,
+            step=sghmc,
+            model=model,
+            store=tmp_path,
+        )
+
+
+def test_progress_comes_from_the_workers(two_workers, model, sghmc, monkeypatch):
+    """progressbar=True: PyMC's bar is fed by the chains' events while they run."""
+    bars: list[distributed_chains.ClusterProgress] = []
+
+    class Recorded(distributed_chains.ClusterProgress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(distributed_chains, "ClusterProgress", Recorded)
+    kwargs = {**KILLED, "chains": 2}
+    sample_dask(two_workers, **kwargs, step=sghmc, model=model, progressbar=True)
+    (bar,) = bars
+    assert bar.shown == [900, 900]
+    # most draws were shown from the workers' events, before the chains' results came back
+    assert bar.from_workers > 900, bar.from_workers
+
+
+def test_no_worker_fails_with_a_clear_error(model, sghmc, monkeypatch):
+    monkeypatch.setattr(distributed_chains, "NO_WORKER_SECONDS", 1.0)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as c:
+        with distributed.Client(c, set_as_default=False) as empty:
+            with pytest.raises(ChainFailedError, match="had no worker for 1 s; chain 0"):
+                sample_dask(empty, draws=10, tune=10, chains=2, step=sghmc, model=model)
 
 
 def test_bad_arguments(two_workers, model, sghmc):
@@ -226,6 +334,10 @@ def test_bad_arguments(two_workers, model, sghmc):
         sample_dask(two_workers, chains=2, cores=2, **kwargs)
     with pytest.raises(ValueError, match="does not take callback="):
         sample_dask(two_workers, chains=2, callback=print, **kwargs)
+    with pytest.raises(ValueError, match="retries must be at least 0"):
+        sample_dask(two_workers, chains=2, retries=-1, **kwargs)
+    with pytest.raises(TypeError, match="store must be a directory path"):
+        sample_dask(two_workers, chains=2, store=3, **kwargs)
     with pytest.raises(ValueError, match="nuts_sampler='pymc'"):
         sample_dask(two_workers, chains=2, nuts_sampler="numpyro", **kwargs)
     assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY
