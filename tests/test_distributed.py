@@ -9,16 +9,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import cloudpickle
+import dask_client
 import numpy as np
 import pymc as pm
 import pymc.sampling.mcmc as mcmc
 import pytest
-from conftest import logistic_data
 
 import pymc_bigdata as pmbd
 from pymc_bigdata import distributed_chains
@@ -54,12 +56,7 @@ def two_workers(client):
 @pytest.fixture(scope="module")
 def model():
     """2,000-row, 3-coefficient logistic regression, with a Deterministic."""
-    features, outcome = logistic_data(2_000, 3, seed=5)
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
-        pm.Deterministic("odds_ratio", pm.math.exp(beta))
-        pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=outcome)
-    return model
+    return dask_client.build_model()
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +194,10 @@ def _kill_workers_mid_chain(
 
 
 #: four chains of a few seconds each on two workers: one is killed while both run a chain
-KILLED = {"draws": 600, "tune": 300, "chains": 4, "random_seed": 20261126}
+KILLED = dask_client.SAMPLE
 
 
-@pytest.mark.parametrize("sampler", ["sghmc", "nuts"])
+@pytest.mark.parametrize("sampler", ["sghmc", pytest.param("nuts", marks=pytest.mark.slow)])
 def test_a_killed_worker_s_chain_runs_again_with_the_same_draws(
     two_workers, model, sghmc, sampler, caplog
 ):
@@ -258,6 +255,34 @@ def test_retries_spent_fail_with_the_finished_chains_in_the_store(
     with _chains_submitted(rerun):
         resumed = sample_dask(two_workers, **KILLED, step=slow, model=model, store=store)
     assert sorted(rerun) == sorted(set(range(4)) - set(finished))
+    assert_same_draws(local, resumed)
+
+
+@pytest.mark.slow
+def test_a_killed_client_s_run_resumes_from_the_store(two_workers, model, tmp_path):
+    """The calling process killed midway (SIGKILL): its finished chains are in the store,
+    and the same call from another process runs only the rest and equals cores=1."""
+    store = tmp_path / "chains"
+    address = two_workers.scheduler.address
+    script = Path(dask_client.__file__)
+    client_process = subprocess.Popen([sys.executable, str(script), address, str(store)])
+    try:
+        deadline = time.monotonic() + 300
+        while not any(store.glob("chain-*.pickle")) and time.monotonic() < deadline:
+            assert client_process.poll() is None, "the client ended before any chain finished"
+            time.sleep(0.05)
+    finally:
+        client_process.kill()
+        client_process.wait()
+    kept = sorted(int(p.stem.split("-")[1]) for p in store.glob("chain-*.pickle"))
+    assert 1 <= len(kept) < 4, kept
+    with model:
+        slow = pmbd.SGHMC(inner_steps=30)
+        local = pm.sample(**KILLED, cores=1, step=slow, progressbar=False)
+    rerun: list[int] = []
+    with _chains_submitted(rerun):
+        resumed = sample_dask(two_workers, **KILLED, step=slow, model=model, store=store)
+    assert sorted(rerun) == sorted(set(range(4)) - set(kept))
     assert_same_draws(local, resumed)
 
 
