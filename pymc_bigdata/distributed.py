@@ -151,9 +151,7 @@ def sample_dask(
     """
     client = _resolve_client(client)
     _check_arguments(chains, draws, tune, sample_kwargs)
-    _check_count("retries", retries, minimum=0)
-    if store is not None and not isinstance(store, str | os.PathLike):
-        raise TypeError(f"store must be a directory path, got {type(store).__name__}.")
+    _check_recovery(retries, store)
     sample_kwargs.update(draws=draws, tune=tune, chains=chains, random_seed=random_seed)
     run = ClusterRun(client=client, thread=threading.get_ident(), retries=retries, store=store)
     return _sample_on_cluster(run, step=step, model=model, **sample_kwargs)
@@ -197,6 +195,13 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
         raise TypeError(f"{name} must be an integer, got {value!r}.")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+
+
+def _check_recovery(retries: Any, store: Any) -> None:
+    """Refuse a retry count that is no integer or is negative, and a store that is no path."""
+    _check_count("retries", retries, minimum=0)
+    if store is not None and not isinstance(store, str | os.PathLike):
+        raise TypeError(f"store must be a directory path, got {type(store).__name__}.")
 
 
 def _check_arguments(chains: Any, draws: Any, tune: Any, sample_kwargs: dict[str, Any]) -> None:
