@@ -197,16 +197,33 @@ def _kill_workers_mid_chain(
 KILLED = dask_client.SAMPLE
 
 
+@pytest.fixture(scope="module")
+def slow_sghmc(model, sghmc):
+    """SGHMC at 30 leapfrog steps a draw: about two seconds a chain of KILLED."""
+    with model:
+        return pmbd.SGHMC(layer=sghmc.layer, inner_steps=30)
+
+
+@pytest.fixture(scope="module")
+def slow_sghmc_reference(model, slow_sghmc):
+    """pm.sample(cores=1) of KILLED with the slow step."""
+    with model:
+        return pm.sample(**KILLED, cores=1, step=slow_sghmc, progressbar=False)
+
+
 @pytest.mark.parametrize("sampler", ["sghmc", pytest.param("nuts", marks=pytest.mark.slow)])
 def test_a_killed_worker_s_chain_runs_again_with_the_same_draws(
-    two_workers, model, sghmc, sampler, caplog
+    two_workers, model, slow_sghmc, sampler, caplog, request
 ):
     """One of two workers killed mid-chain: its chain runs again from its start, and the
     result equals pm.sample(cores=1) value for value (the old code raised instead)."""
-    step = sghmc if sampler == "sghmc" else None
-    kwargs = {**KILLED, "tune": 1000} if sampler == "nuts" else KILLED
-    with model:
-        local = pm.sample(**kwargs, cores=1, step=step, progressbar=False)
+    if sampler == "sghmc":  # chains of about two seconds: the kill lands mid-chain
+        step, kwargs = slow_sghmc, KILLED
+        local = request.getfixturevalue("slow_sghmc_reference")
+    else:
+        step, kwargs = None, {**KILLED, "tune": 1000}
+        with model:
+            local = pm.sample(**kwargs, cores=1, step=step, progressbar=False)
     killed: list[str] = []
     killer = _kill_workers_mid_chain(two_workers, killed)
     with caplog.at_level(logging.INFO, logger="pymc_bigdata.distributed"):
@@ -221,13 +238,12 @@ def test_a_killed_worker_s_chain_runs_again_with_the_same_draws(
 
 
 def test_retries_spent_fail_with_the_finished_chains_in_the_store(
-    two_workers, model, sghmc, tmp_path
+    two_workers, model, slow_sghmc, slow_sghmc_reference, tmp_path
 ):
     """Both workers killed with retries=0: a clear error naming the finished and lost
     chains; the finished chains stay in the store, readable without the model; the same
     call again runs only the others and equals pm.sample(cores=1)."""
-    with model:  # about two seconds a chain: chains 2 and 3 start once 0 and 1 are kept
-        slow = pmbd.SGHMC(layer=sghmc.layer, inner_steps=30)
+    slow = slow_sghmc  # chains 2 and 3 start once 0 and 1 are kept
     store = tmp_path / "chains"
     killed: list[str] = []
     killer = _kill_workers_mid_chain(
@@ -245,8 +261,7 @@ def test_retries_spent_fail_with_the_finished_chains_in_the_store(
     assert kept.posterior.sizes["draw"] == KILLED["draws"]
 
     two_workers.wait_for_workers(2, timeout=120)
-    with model:
-        local = pm.sample(**KILLED, cores=1, step=slow, progressbar=False)
+    local = slow_sghmc_reference
     for i in finished:  # the kept chains are the reference's chains
         np.testing.assert_array_equal(
             kept.posterior["beta"].sel(chain=i).values, local.posterior["beta"].sel(chain=i)
