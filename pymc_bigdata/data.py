@@ -27,6 +27,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     name: str,
     source: Any,
     *,
+    columns: str | Sequence[str] | None = None,
     dims: Sequence[str] | str | None = None,
     gather: str | None = None,
     block_rows: int | None = None,
@@ -34,7 +35,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     reuse: float = 1.0,
     model: pm.Model | None = None,
 ) -> TensorSharedVariable:
-    """A per-row data array that stays where it is (memory, a ``.npy`` file, zarr, dask).
+    """A per-row data array that stays where it is (memory, ``.npy``, zarr, dask, Parquet).
 
     Use it like ``pm.Data`` for covariates and as ``observed=`` values; its leading axis is
     the row axis, shared by every row array of the model.
@@ -46,8 +47,15 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     source
         A numpy array, an ``np.memmap`` or the path of a ``.npy`` file (read through the
         page cache), a zarr array or the path of a zarr array's store (read chunk by chunk;
-        the ``zarr`` extra), or a dask array with known chunk sizes (the ``dask`` extra;
-        full-data passes run as dask reductions).
+        the ``zarr`` extra), a dask array with known chunk sizes (the ``dask`` extra;
+        full-data passes run as dask reductions), or columns of a table (the ``parquet``
+        extra): a Parquet file, a directory or glob of them or a list of paths (read row
+        group by row group), a ``pyarrow.dataset`` of Parquet files, a ``pyarrow.Table``,
+        a polars ``DataFrame`` or ``LazyFrame``; see ``columns``.
+    columns
+        For a table source: the column to read (a name: rows of scalars) or the columns (a
+        list of names: rows of that many values, in that order). Default: the column called
+        ``name``, or the table's only column.
     dims
         Dimension names, as for ``pm.Data``. The row dimension gets no coordinate values
         (a stand-in with zero rows is what the model's graph holds); do not give
@@ -94,7 +102,9 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         )
     if not (isinstance(reuse, int | float) and np.isfinite(reuse) and reuse > 0):
         raise ValueError(f"Data {name!r}: reuse must be a positive number, got {reuse!r}.")
-    column = as_column(source, name, block_rows)
+    if isinstance(columns, tuple):
+        columns = list(columns)
+    column = as_column(source, name, block_rows, columns=columns)
     column.gather = gather or column.default_gather
     column.active_blocks = int(active_blocks)
     column.reuse = float(reuse)
