@@ -1,4 +1,5 @@
-"""Data beyond memory: SGHMC defaults on a logistic regression read from a zarr store.
+"""Data beyond memory: SGHMC defaults on a logistic regression read from a zarr store or
+from Parquet files.
 
 Writes a zarr store of ``N`` rows (``X``: N x d float32, iid standard normal; ``y``: int8,
 Bernoulli-logit with coefficients ``beta_k = 0.5 (-1)^k / sqrt(k + 1)``), computes an
@@ -26,6 +27,12 @@ Usage::
 the chunks with zstd (zarr's default codec; default: uncompressed), the layout a user's own
 store may have (issue 27); the results file's name then says so
 (``big_data_n1e7_c500000_zstd``).
+
+``--format parquet`` writes the same rows (the same generator, so the same data and the
+same reference) to ``--files`` Parquet files (pyarrow's default codec, snappy) with row
+groups of ``--store-chunk`` rows, columns ``x0 .. x{d-1}`` and ``y``, and samples with
+``pmbd.Data("X", directory, columns=[...])`` (``big_data_n1e7_parquet``). The reference is
+then read with pyarrow, row group by row group.
 
 Results go to ``benchmarks/results/big_data_n1e7.{md,json}`` (``n1e8`` for 1e8 rows), with
 the commit they were run at.
@@ -92,19 +99,73 @@ def write_store(
     return time.perf_counter() - start
 
 
-def reference(path: Path, dim: int) -> dict:
-    """Laplace fit at the full-data MAP (prior N(0, 1)): Newton steps, each one streamed
-    pass over the store with numpy in float64."""
+def write_parquet(
+    path: Path, n_rows: int, dim: int, seed: int, chunk_rows: int, files: int
+) -> float:
+    """Write the rows :func:`write_store` writes (the same generator) to ``files`` Parquet
+    files in ``path / "parquet"``, row groups of ``chunk_rows`` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    start = time.perf_counter()
+    folder = path / "parquet"
+    folder.mkdir(parents=True, exist_ok=True)
+    per_file = -(-n_rows // files)
+    beta = true_beta(dim)
+    rng = np.random.default_rng(seed)
+    writer, written = None, 0
+    for s in range(0, n_rows, WRITE_ROWS):
+        e = min(s + WRITE_ROWS, n_rows)
+        x = rng.standard_normal((e - s, dim), dtype=np.float32)
+        y = (rng.random(e - s) < 1 / (1 + np.exp(-(x @ beta)))).astype(np.int8)
+        piece = pa.table({**{f"x{k}": x[:, k] for k in range(dim)}, "y": y})
+        while piece.num_rows:
+            if writer is None or written == per_file:
+                if writer is not None:
+                    writer.close()
+                name = folder / f"part-{s // per_file + (written == per_file):03d}.parquet"
+                writer, written = pq.ParquetWriter(str(name), piece.schema), 0
+            take = min(piece.num_rows, per_file - written)
+            writer.write_table(piece.slice(0, take), row_group_size=chunk_rows)
+            piece, written = piece.slice(take), written + take
+    writer.close()
+    meta = {"n_rows": n_rows, "dim": dim, "seed": seed, "chunk_rows": chunk_rows, "files": files}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return time.perf_counter() - start
+
+
+def _zarr_pieces(path: Path):
+    """(x, y) pieces of the zarr store, in order."""
     import zarr
 
     X, y = zarr.open_array(str(path / "X.zarr")), zarr.open_array(str(path / "y.zarr"))
+    for s in range(0, X.shape[0], 8 * CHUNK_ROWS):
+        yield np.asarray(X[s : s + 8 * CHUNK_ROWS]), np.asarray(y[s : s + 8 * CHUNK_ROWS])
+
+
+def _parquet_pieces(path: Path, dim: int):
+    """(x, y) row groups of the Parquet files, in order, read with pyarrow."""
+    import pyarrow.parquet as pq
+
+    for file in sorted((path / "parquet").glob("*.parquet")):
+        handle = pq.ParquetFile(str(file))
+        for group in range(handle.num_row_groups):
+            table = handle.read_row_group(group)
+            x = np.column_stack([table.column(f"x{k}").to_numpy() for k in range(dim)])
+            yield x, table.column("y").to_numpy()
+
+
+def reference(path: Path, dim: int, fmt: str = "zarr") -> dict:
+    """Laplace fit at the full-data MAP (prior N(0, 1)): Newton steps, each one streamed
+    pass over the store (or the Parquet files) with numpy in float64."""
     beta = np.zeros(dim)
     for _ in range(30):
         grad, hess = -beta.copy(), -np.eye(dim)
-        for s in range(0, X.shape[0], 8 * CHUNK_ROWS):
-            x = np.asarray(X[s : s + 8 * CHUNK_ROWS], dtype=np.float64)
+        pieces = _parquet_pieces(path, dim) if fmt == "parquet" else _zarr_pieces(path)
+        for x, y in pieces:
+            x = x.astype(np.float64)
             p = 1 / (1 + np.exp(-(x @ beta)))
-            grad += x.T @ (np.asarray(y[s : s + 8 * CHUNK_ROWS]) - p)
+            grad += x.T @ (y - p)
             hess -= (x * (p * (1 - p))[:, None]).T @ x
         step = np.linalg.solve(-hess, grad)
         beta = beta + step
@@ -114,7 +175,9 @@ def reference(path: Path, dim: int) -> dict:
     return {"mean": beta.tolist(), "sd": np.sqrt(np.diag(cov)).tolist()}
 
 
-def sample(path: Path, dim: int, draws: int, tune: int, chains: int, seed: int) -> dict:
+def sample(
+    path: Path, dim: int, draws: int, tune: int, chains: int, seed: int, fmt: str = "zarr"
+) -> dict:
     """The measured run (a fresh process): pmbd.Data on the stores, SGHMC defaults."""
     import arviz as az
     import pymc as pm
@@ -123,8 +186,12 @@ def sample(path: Path, dim: int, draws: int, tune: int, chains: int, seed: int) 
 
     start = time.perf_counter()
     with pm.Model():
-        X = pmbd.Data("X", path / "X.zarr")
-        y = pmbd.Data("y", path / "y.zarr")
+        if fmt == "parquet":
+            X = pmbd.Data("X", path / "parquet", columns=[f"x{k}" for k in range(dim)])
+            y = pmbd.Data("y", path / "parquet")
+        else:
+            X = pmbd.Data("X", path / "X.zarr")
+            y = pmbd.Data("y", path / "y.zarr")
         beta = pm.Normal("beta", 0.0, 1.0, shape=dim)
         pm.Bernoulli("obs", logit_p=X @ beta, observed=y)
         step = pmbd.SGHMC()
@@ -174,6 +241,8 @@ def main() -> None:
     parser.add_argument("--phase", choices=["all", "sample"], default="all")
     parser.add_argument("--store-chunk", type=lambda s: int(float(s)), default=CHUNK_ROWS)
     parser.add_argument("--zstd", action="store_true")
+    parser.add_argument("--format", choices=["zarr", "parquet"], default="zarr")
+    parser.add_argument("--files", type=int, default=10, help="Parquet files (--format parquet)")
     parser.add_argument(
         "--render", action="store_true", help="only re-write the .md from the stored .json"
     )
@@ -181,20 +250,28 @@ def main() -> None:
     tag = f"n1e{round(math.log10(args.rows))}"
     layout = "" if args.store_chunk == CHUNK_ROWS else f"_c{args.store_chunk}"
     layout += "_zstd" if args.zstd else ""
+    layout += "_parquet" if args.format == "parquet" else ""
     tag += layout
     if args.render:
         write_results(tag, json.loads((RESULTS / f"big_data_{tag}.json").read_text()))
         return
     store = args.store / f"n{args.rows}_d{args.dim}{layout}"
     if args.phase == "sample":
-        out = sample(store, args.dim, args.draws, args.tune, args.chains, args.seed)
+        out = sample(store, args.dim, args.draws, args.tune, args.chains, args.seed, args.format)
         print("RESULT " + json.dumps(out))
         return
     meta = store / "meta.json"
     write_s = None
     if not meta.exists() or json.loads(meta.read_text())["n_rows"] != args.rows:
-        write_s = write_store(store, args.rows, args.dim, args.seed, args.store_chunk, args.zstd)
-    ref = reference(store, args.dim)
+        if args.format == "parquet":
+            write_s = write_parquet(
+                store, args.rows, args.dim, args.seed, args.store_chunk, args.files
+            )
+        else:
+            write_s = write_store(
+                store, args.rows, args.dim, args.seed, args.store_chunk, args.zstd
+            )
+    ref = reference(store, args.dim, args.format)
     cmd = [sys.executable, __file__, "--phase", "sample", *sys.argv[1:]]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -213,6 +290,8 @@ def main() -> None:
         "dim": args.dim,
         "store_chunk": args.store_chunk,
         "zstd": args.zstd,
+        "format": args.format,
+        "files": args.files if args.format == "parquet" else None,
         "write_s": write_s,
         "draws": args.draws,
         "tune": args.tune,
@@ -236,7 +315,8 @@ def write_results(tag: str, result: dict) -> None:
 def report(r: dict) -> str:
     gb = 1e9
     n, d, commit = r["n_rows"], r["dim"], r["commit"]
-    return f"""# Big data from a zarr store: N = {n:,}, d = {d} (commit {commit})
+    source = "Parquet files" if r.get("format") == "parquet" else "a zarr store"
+    return f"""# Big data from {source}: N = {n:,}, d = {d} (commit {commit})
 
 `python benchmarks/big_data.py --rows {r["n_rows"]} --dim {r["dim"]}{_layout_args(r)}`; SGHMC
 defaults through `pm.sample` ({r["tune"]} tune + {r["draws"]} draws, {r["chains"]} chains,
@@ -257,21 +337,29 @@ cores=1), X float32 and y int8 in {_layout(r)}, read only through `pmbd.Data`
 | min bulk ESS | {r["min_ess"]:.0f} |
 | divergences | {r["divergences"]} |
 
-Reference: Laplace fit at the full-data MAP by numpy Newton steps over the store (not the
-package's code), computed just before the measured run: the store was then in the
-operating system's page cache (this machine has 24 GB), so the times are for reads from the
-page cache, not from a cold disk. {_written(r)}
+Reference: Laplace fit at the full-data MAP by numpy Newton steps over the data, read with
+zarr or pyarrow directly (not the package's code), computed just before the measured run:
+the data were then in the operating system's page cache (this machine has 24 GB), so the
+times are for reads from the page cache, not from a cold disk. {_written(r)}
 """
 
 
 def _layout_args(r: dict) -> str:
     chunk = r.get("store_chunk", CHUNK_ROWS)
-    return (f" --store-chunk {chunk}" if chunk != CHUNK_ROWS else "") + (
-        " --zstd" if r.get("zstd") else ""
+    fmt = f" --format parquet --files {r['files']}" if r.get("format") == "parquet" else ""
+    return (
+        (f" --store-chunk {chunk}" if chunk != CHUNK_ROWS else "")
+        + (" --zstd" if r.get("zstd") else "")
+        + fmt
     )
 
 
 def _layout(r: dict) -> str:
+    if r.get("format") == "parquet":
+        return (
+            f"{r['files']} Parquet files (snappy) with row groups of "
+            f"{r.get('store_chunk', CHUNK_ROWS):,} rows"
+        )
     codec = "zstd-compressed" if r.get("zstd") else "uncompressed"
     return f"{codec} zarr chunks of {r.get('store_chunk', CHUNK_ROWS):,} rows"
 
