@@ -31,7 +31,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     dims: Sequence[str] | str | None = None,
     gather: str | None = None,
     block_rows: int | None = None,
-    active_blocks: int = 16,
+    active_blocks: int | None = None,
     reuse: float = 1.0,
     model: pm.Model | None = None,
 ) -> TensorSharedVariable:
@@ -69,7 +69,10 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
         their own chunks.
     active_blocks
-        Blocks a block gather holds at once (at least enough for two minibatches).
+        Blocks a block gather holds at once (at least enough for two minibatches). Default:
+        16, fewer (at least 2) where 16 blocks of all the row arrays would take more than
+        :data:`pymc_bigdata.rows.ACTIVE_BYTES` of decoded rows (large Parquet row groups or
+        zarr chunks).
     reuse
         Mean number of times a block gather draws a row while its block is held.
     model
@@ -96,7 +99,9 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         raise ValueError(
             f"Data {name!r}: block_rows must be a positive integer, got {block_rows!r}."
         )
-    if not (isinstance(active_blocks, int | np.integer) and active_blocks >= 1):
+    if active_blocks is not None and not (
+        isinstance(active_blocks, int | np.integer) and active_blocks >= 1
+    ):
         raise ValueError(
             f"Data {name!r}: active_blocks must be a positive integer, got {active_blocks!r}."
         )
@@ -106,7 +111,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         columns = list(columns)
     column = as_column(source, name, block_rows, columns=columns)
     column.gather = gather or column.default_gather
-    column.active_blocks = int(active_blocks)
+    column.active_blocks = None if active_blocks is None else int(active_blocks)
     column.reuse = float(reuse)
     stand_in = np.zeros((0, *column.trailing_shape), dtype=column.dtype)
     var = pm.Data(name, stand_in, dims=dims, model=model)

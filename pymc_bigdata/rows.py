@@ -31,6 +31,7 @@ from pymc_bigdata.index_samplers import (
 from pymc_bigdata.sources import ArrayColumn, DaskColumn, as_column
 
 __all__ = [
+    "ACTIVE_BYTES",
     "DEFAULT_ACTIVE_BLOCKS",
     "DEFAULT_REUSE",
     "MARKER_MAX_ROWS",
@@ -40,6 +41,11 @@ __all__ = [
     "RowSource",
     "check_batch_size",
 ]
+
+#: decoded bytes (over every row array) a block gather's active blocks hold by default: 16
+#: blocks of 65,536 rows of 20 float32 covariates take 85 MB; 16 Parquet row groups of
+#: 1,048,576 such rows would take 1.4 GB, and get 3 active blocks instead (issue 28)
+ACTIVE_BYTES = 256 * 2**20
 
 
 class RowSource:
@@ -99,8 +105,20 @@ class RowSource:
         lead = blocked[0] if blocked else self.columns[0]
         #: where each gather block starts (and N at the end)
         self.block_bounds = lead.block_bounds
-        self.active_blocks = int(getattr(lead, "active_blocks", DEFAULT_ACTIVE_BLOCKS))
+        requested = getattr(lead, "active_blocks", None)
+        self.active_blocks = (
+            int(requested) if requested is not None else self._default_active_blocks()
+        )
         self.reuse = float(getattr(lead, "reuse", DEFAULT_REUSE))
+
+    def _default_active_blocks(self) -> int:
+        """:data:`DEFAULT_ACTIVE_BLOCKS`, or fewer (at least 2) where that many of the
+        largest gather blocks, over every array, would exceed :data:`ACTIVE_BYTES`."""
+        row_bytes = sum(
+            int(np.prod(c.trailing_shape, dtype=np.int64)) * c.dtype.itemsize for c in self.columns
+        )
+        block_bytes = max(1, int(np.diff(self.block_bounds).max()) * row_bytes)
+        return int(np.clip(ACTIVE_BYTES // block_bytes, 2, DEFAULT_ACTIVE_BLOCKS))
 
     @property
     def dtypes(self) -> tuple[np.dtype, ...]:

@@ -122,19 +122,21 @@ def _numpy_dtype(field: Any, name: str, where: str) -> np.dtype:
 def _to_numpy(
     table: Any, selected: list[str], scalar: bool, dtype: np.dtype, name: str, where: str
 ) -> np.ndarray:
-    """The rows of ``table``'s ``selected`` columns as numpy (refusing nulls)."""
-    arrays = []
-    for column in selected:
+    """The rows of ``table``'s ``selected`` columns as numpy (refusing nulls), written
+    column by column into one array (no stacked copy)."""
+    out = np.empty((table.num_rows, *(() if scalar else (len(selected),))), dtype=dtype)
+    for j, column in enumerate(selected):
         values = table.column(column)
         if values.null_count:
             raise ValueError(
                 f"Data {name!r}: column {column!r} of {where} has {values.null_count} null "
                 "values; drop or fill them before sampling."
             )
-        arrays.append(values.to_numpy().astype(dtype, copy=False))
-    if scalar:
-        return arrays[0]
-    return np.stack(arrays, axis=1) if arrays[0].size else np.empty((0, len(arrays)), dtype)
+        if scalar:
+            out[:] = values.to_numpy()
+        else:
+            out[:, j] = values.to_numpy()
+    return out
 
 
 class _TableColumn(_ChunkedColumn):

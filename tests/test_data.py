@@ -86,6 +86,25 @@ def test_same_seed_same_draws_from_memory_npy_and_zarr(data):
     assert np.abs(blocks.mean(axis=(0, 1)) - in_memory.mean(axis=(0, 1))).max() < 0.1
 
 
+def test_large_blocks_get_fewer_active_blocks(data, monkeypatch):
+    """By default a block gather holds 16 blocks, or as many (at least 2) as fit in
+    rows.ACTIVE_BYTES of decoded rows of every array; an explicit active_blocks stands."""
+    X, y, path = data
+    model = logistic(path / "X.zarr", path / "y.zarr")
+    assert pmbd.MinibatchModel(model).rows.active_blocks == 16
+    block_bytes = 512 * (N_COEFS * 8 + 1)  # 512-row chunks of X (float64) and y (int8)
+    monkeypatch.setattr(pmbd.rows, "ACTIVE_BYTES", 3 * block_bytes + 100)
+    layer = pmbd.MinibatchModel(model)
+    assert layer.rows.active_blocks == 3
+    sampler = layer.rows.index_sampler(100, np.random.default_rng(0))
+    assert sampler.active_blocks == 3
+    assert all(c.cache.capacity >= 4 for c in layer.rows.columns)  # the 3 and the next
+    monkeypatch.setattr(pmbd.rows, "ACTIVE_BYTES", 1)
+    assert pmbd.MinibatchModel(model).rows.active_blocks == 2
+    explicit = logistic(path / "X.zarr", path / "y.zarr", active_blocks=5)
+    assert pmbd.MinibatchModel(explicit).rows.active_blocks == 5
+
+
 def test_layer_reads_the_stored_rows(data):
     """N, the rows and the full-data log-likelihood come from the store, not the stand-in."""
     X, y, path = data
