@@ -17,6 +17,7 @@ import pymc as pm
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
 from pymc_bigdata.sources import Column, as_column
+from pymc_bigdata.sources_arrow import is_table_source, open_table
 
 __all__ = ["Data", "row_column"]
 
@@ -109,7 +110,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         raise ValueError(f"Data {name!r}: reuse must be a positive number, got {reuse!r}.")
     if isinstance(columns, tuple):
         columns = list(columns)
-    column = as_column(source, name, block_rows, columns=columns)
+    column = _open_column(source, name, columns, block_rows)
     column.gather = gather or column.default_gather
     column.active_blocks = None if active_blocks is None else int(active_blocks)
     column.reuse = float(reuse)
@@ -117,6 +118,18 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     var = pm.Data(name, stand_in, dims=dims, model=model)
     var.tag.row_column = column
     return var
+
+
+def _open_column(source: Any, name: str, columns: Any, block_rows: int | None) -> Column:
+    """The row column of ``source``: a table's named columns, or an array-like's rows."""
+    if is_table_source(source):
+        return open_table(source, name, columns)
+    if columns is not None:
+        raise TypeError(
+            f"Data {name!r}: columns= selects columns of a table (Parquet, Arrow, polars); "
+            f"a {type(source).__name__} source has none."
+        )
+    return as_column(source, name, block_rows)
 
 
 def row_column(var: Any) -> Column | None:

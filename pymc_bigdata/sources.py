@@ -307,27 +307,14 @@ class DaskColumn(_ChunkedColumn):
         return np.asarray(self.array.blocks[block].compute(scheduler="synchronous"))
 
 
-def as_column(source: Any, name: str, block_rows: int | None = None, columns: Any = None) -> Column:
+def as_column(source: Any, name: str, block_rows: int | None = None) -> Column:
     """The column for ``source``: an array, an ``np.memmap``, a path to a ``.npy`` file or a
-    zarr store, a zarr array, a dask array, or a table (Parquet paths, an Arrow table or
-    dataset, a polars frame: :mod:`pymc_bigdata.sources_arrow`) with ``columns`` naming the
-    table columns to read.
+    zarr store, a zarr array or a dask array (tables: :mod:`pymc_bigdata.sources_arrow`).
 
     Raises a clear error naming the array for a missing or unreadable store, a non-numeric
-    dtype, a dask array with unknown chunk sizes, a scalar, or ``columns`` for a source that
-    is not a table.
+    dtype, a dask array with unknown chunk sizes or a scalar.
     """
-    from pymc_bigdata.sources_arrow import is_table_source, open_table
-
-    if not isinstance(source, Column) and is_table_source(source):
-        column = open_table(source, name, columns)
-    elif columns is not None:
-        raise TypeError(
-            f"Data {name!r}: columns= selects columns of a table (Parquet, Arrow, polars); "
-            f"a {type(source).__name__} source has none."
-        )
-    else:
-        column = _open(source, name, block_rows)
+    column = _open(source, name, block_rows)
     if not (
         np.issubdtype(column.dtype, np.number) or np.issubdtype(column.dtype, np.bool_)
     ) or np.issubdtype(column.dtype, np.complexfloating):

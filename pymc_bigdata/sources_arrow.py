@@ -61,7 +61,7 @@ def is_table_source(source: Any) -> bool:
     return module.startswith(("pyarrow", "polars"))
 
 
-def open_table(source: Any, name: str, columns: str | list[str] | None) -> Column:
+def open_table(source: Any, name: str, columns: str | list[str] | None = None) -> Column:
     """The column of ``source`` (see the module's docstring) for ``pmbd.Data(name, ...)``."""
     module = type(source).__module__
     if module.startswith("polars"):

@@ -10,8 +10,8 @@ import pytest
 import zarr
 
 import pymc_bigdata as pmbd
-from pymc_bigdata.sources import as_column
 from pymc_bigdata.sources_arrow import LAZY_BLOCK_ROWS, ParquetColumn
+from pymc_bigdata.sources_arrow import open_table as as_column
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -172,8 +172,8 @@ def test_bad_tables_get_errors_naming_the_file_and_column(data, tmp_path):
         as_column(str(nested), "X", columns="a")
     with pytest.raises(FileNotFoundError, match=r"no Parquet file matches .*nothing-\*.parquet"):
         as_column(str(tmp_path / "nothing-*.parquet"), "X")
-    with pytest.raises(TypeError, match="columns= selects columns of a table"):
-        as_column(X, "X", columns="a")
+    with pytest.raises(TypeError, match="columns= selects columns of a table"), pm.Model():
+        pmbd.Data("X", X, columns="a")
     # a table and an array whose row counts disagree: the model layer says so
     with pytest.raises(ValueError, match="different row counts"):
         pmbd.MinibatchModel(logistic(path / "rows", y[:-1]))

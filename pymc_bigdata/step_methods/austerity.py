@@ -145,6 +145,7 @@ class AusterityMH(SubsamplingStep):
         "test": "plain",
         "proposal": "rw",
     }
+    divergence_remedy = "lower step_size (the proposal's scale)"
     accept_step = True
     watches_stability = False
     reads_oracle = False

@@ -410,6 +410,12 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     # ------------------------------------------------------------------ sampler's declarations
     #: what the end-of-chain alarm says an off-target chain's draws likely are
     off_target_consequence: ClassVar[str] = "Its draws are likely too dispersed."
+    #: what the end-of-chain bias warning tells the user to change (its own settings)
+    off_target_remedy: ClassVar[str] = (
+        "Raise batch_size, lower step_size, use more tuning draws, or check the model"
+    )
+    #: what the divergence warning tells the user to change if divergences repeat
+    divergence_remedy: ClassVar[str] = "lower step_size or raise batch_size"
 
     def _make_alarms(self) -> list[ChainAlarm]:
         """The sampler's own end-of-chain alarms (:mod:`.alarms`), besides the monitor."""

@@ -82,6 +82,10 @@ class ChainReport:
         The gradient noise's largest share of the stationary variance.
     consequence
         What the bias warning says an off-target chain's draws likely are.
+    remedy
+        What the bias warning tells the user to change (the sampler's own settings).
+    stat_names
+        The statistics of the monitor that the sampler records (named in the warning).
     crawl
         The watch of the kept draws' effective sample size (:mod:`.crawl`).
     """
@@ -94,6 +98,9 @@ class ChainReport:
         noise_bound: float,
         consequence: str,
         crawl: CrawlWatch,
+        remedy: str = "Raise batch_size, lower step_size, use more tuning draws, or check "
+        "the model",
+        stat_names: tuple[str, ...] = ("virial", "noise_share", "kinetic_energy"),
     ):
         self.sampler = sampler
         self.crawl = crawl
@@ -101,6 +108,7 @@ class ChainReport:
         self.alarms = alarms
         self.noise_bound = noise_bound
         self.consequence = consequence
+        self.remedy, self.stat_names = remedy, stat_names
         self.warned_divergence = False
         self.divergences = 0
 
@@ -129,7 +137,9 @@ class ChainReport:
     def end_of_chain(self) -> SamplerWarning | None:
         """After the chain's last draw: one bias warning naming every problem found (warned
         now, and returned for PyMC's end-of-sampling report), or None."""
-        verdict = self.monitor.verdict(self.sampler, self.noise_bound, self.consequence)
+        verdict = self.monitor.verdict(
+            self.sampler, self.noise_bound, self.consequence, self.remedy, self.stat_names
+        )
         problems = [] if verdict is None else [verdict]
         for alarm in self.alarms:
             problems += alarm.problems(self.sampler)

@@ -33,6 +33,10 @@ class ChainOwner(Tunable, Protocol):
     accept_step: bool
     #: what the end-of-chain alarm says an off-target chain's draws likely are
     off_target_consequence: str
+    #: what the end-of-chain alarm tells the user to change
+    off_target_remedy: str
+    #: what the divergence warning tells the user to change if divergences repeat
+    divergence_remedy: str
     #: whether tuning halves the step size after divergences and hot blocks
     watches_stability: bool
 
@@ -75,9 +79,19 @@ def new_chain_state(
     dim = step.layer.dim
     noise = NoiseAccumulator(dim)
     name, consequence = type(step).__name__, step.off_target_consequence
-    divergence = DivergenceCheck(name, kept=step.accept_step)
+    divergence = DivergenceCheck(name, kept=step.accept_step, remedy=step.divergence_remedy)
+    stat_names = tuple(
+        s for s in ("virial", "noise_share", "kinetic_energy") if s in step.stats_dtypes[0]
+    )
     report = ChainReport(
-        name, dim, step._make_alarms(), step.noise_bound, consequence, CrawlWatch(dim, draws)
+        name,
+        dim,
+        step._make_alarms(),
+        step.noise_bound,
+        consequence,
+        CrawlWatch(dim, draws),
+        step.off_target_remedy,
+        stat_names,
     )
     policy = step._make_step_policy()
     adaptation = ChainAdaptation(

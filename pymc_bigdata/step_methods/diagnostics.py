@@ -97,8 +97,12 @@ class ChainMonitor:
         sampler: str,
         noise_bound: float,
         consequence: str = "Its draws are likely too dispersed.",
+        remedy: str = "Raise batch_size, lower step_size, use more tuning draws, or check "
+        "the model",
+        stat_names: tuple[str, ...] = ("virial", "noise_share", "kinetic_energy"),
     ) -> str | None:
-        """A warning message when the chain looks off target, else None."""
+        """A warning message when the chain looks off target, else None. ``remedy`` is what
+        the sampler's user can change; ``stat_names`` the statistics the sampler records."""
         problems = []
         mean, se, off = temperature_alarm(np.array(self.virial), virial_tolerance(self.dim))
         if off:
@@ -127,9 +131,9 @@ class ChainMonitor:
         return (
             f"{sampler}: this chain's own statistics show it off its target: "
             + "; ".join(problems)
-            + f". {consequence} Raise batch_size, lower step_size, "
-            "use more tuning draws, or check the model (see the sampler statistics "
-            "'virial', 'noise_share' and 'kinetic_energy')."
+            + f". {consequence} {remedy} (see the sampler statistics "
+            + ", ".join(f"'{name}'" for name in stat_names)
+            + ")."
         )
 
 

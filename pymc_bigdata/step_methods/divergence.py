@@ -72,8 +72,10 @@ class DivergenceCheck:
         ``SubsamplingStep.accept_step``); else it is rejected, the chain back at its start.
     """
 
-    def __init__(self, sampler: str, kept: bool):
-        self.sampler, self.kept = sampler, kept
+    def __init__(
+        self, sampler: str, kept: bool, remedy: str = "lower step_size or raise batch_size"
+    ):
+        self.sampler, self.kept, self.remedy = sampler, kept, remedy
         self.track = LogDensityTrack()
 
     def restart(self) -> None:
@@ -115,8 +117,8 @@ class DivergenceCheck:
         """The warning for a diverging draw (``blew_up``: its values were finite, the
         blow-up test fired)."""
         if self.kept:
-            return kept_divergence_message(self.sampler, blew_up)
-        return rejected_divergence_message(self.sampler)
+            return kept_divergence_message(self.sampler, blew_up, self.remedy)
+        return rejected_divergence_message(self.sampler, self.remedy)
 
     def blew_up(
         self,
@@ -172,24 +174,24 @@ class LogDensityTrack:
         self._var = (1.0 - weight) * (self._var + weight * delta * delta)
 
 
-def kept_divergence_message(sampler: str, blew_up: bool) -> str:
+def kept_divergence_message(sampler: str, blew_up: bool, remedy: str = "lower step_size") -> str:
     """The warning for a divergence that a sampler with an accept step keeps."""
     what = (
         "an accepted move reached a point that looks like a numerical blow-up (far out "
         "in the preconditioned coordinates, or a log-density drop of more than "
         f"{LOGP_DROP_DIVERGENCE:g}); the chain kept it, since its accept test decided"
         if blew_up
-        else "a trajectory met a non-finite value or a large energy error and was rejected"
+        else "a proposal met a non-finite value or a large energy error and was rejected"
     )
-    return (
-        f"{sampler}: {what}; the draw is recorded as diverging. If this repeats, lower step_size."
-    )
+    return f"{sampler}: {what}; the draw is recorded as diverging. If this repeats, {remedy}."
 
 
-def rejected_divergence_message(sampler: str) -> str:
+def rejected_divergence_message(
+    sampler: str, remedy: str = "lower step_size or raise batch_size"
+) -> str:
     """The warning for a rejected (restarted) divergent draw."""
     return (
         f"{sampler}: a non-finite value or a log-density drop of more than "
         f"{LOGP_DROP_DIVERGENCE:g} appeared; the draw was rejected and recorded as "
-        "diverging. If this repeats, lower step_size or raise batch_size."
+        f"diverging. If this repeats, {remedy}."
     )

@@ -121,6 +121,11 @@ class HMCECS(SubsamplingStep):
     name = "hmcecs"
     #: sigma_hat^2, the variance of the log-likelihood estimate
     progress_field = ProgressField("loglik_var", "Loglik var", "0.3g")
+    off_target_remedy = (
+        "Raise subsample_size (or lower loglik_var_target), use more tuning draws, or check "
+        "the model"
+    )
+    divergence_remedy = "lower step_size"
     accept_step = True
     watches_stability = False
     reads_oracle = False

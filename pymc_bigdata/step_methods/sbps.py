@@ -156,6 +156,8 @@ class SBPS(SubsamplingStep):
     }
     watches_stability = False
     reads_oracle = False
+    off_target_remedy = "Raise batch_size or k, use more tuning draws, or check the model"
+    divergence_remedy = "raise batch_size or k"
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         **SubsamplingStep.stats_dtypes_shapes,
@@ -225,7 +227,9 @@ class SBPS(SubsamplingStep):
         self.path_functions = self._paths.functions
         for name in ("step_size", "inner_steps"):
             if name in kwargs:
-                raise TypeError(f"SBPS has no {name}; use travel_time (travel per draw).")
+                raise TypeError(
+                    f"{type(self).__name__} has no {name}; use travel_time (travel per draw)."
+                )
         self._fixed_k = k is not None
         self._given_k = float(k) if k is not None else DEFAULT_K
         self.adaptive_metric = preconditioner == "adaptive"

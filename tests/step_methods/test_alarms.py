@@ -4,10 +4,13 @@ is a defect too)."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from types import SimpleNamespace
 
 import pytest
 
+import pymc_bigdata as pmbd
 from pymc_bigdata.step_methods.alarms import (
     COLLAPSED_SCALE,
     LOGLIK_VAR_ALARM,
@@ -21,6 +24,7 @@ from pymc_bigdata.step_methods.alarms import (
     SBPSAlarm,
 )
 from pymc_bigdata.step_methods.decision_audit import AUDIT_MIN_WRONG, WRONG_PER_DRAW_ALARM
+from pymc_bigdata.step_methods.diagnostics import ChainMonitor
 
 
 def _hmcecs_stats(sign=1, subsample_accept=0.9, loglik_var=1.0, truncated=False):
@@ -157,3 +161,39 @@ def test_austerity_audit_alarm():
     assert problems(AUDIT_MIN_WRONG - 1, steps=1000) == []  # one wrong decision: no rate
     assert problems(3, steps=5) == []  # 0.15 wrong decisions a draw: below the threshold
     assert WRONG_PER_DRAW_ALARM == pytest.approx(0.2)
+
+
+REMEDY_WORDS = re.compile(r"\b(batch_size|step_size|k|subsample_size|loglik_var_target)\b")
+
+#: settings each sampler refuses with a TypeError (SBPS.__init__; HMCECS: test_hmcecs.py)
+REFUSED = {
+    pmbd.SBPS: {"step_size"},
+    pmbd.pSBPS: {"step_size"},
+    pmbd.HMCECS: {"batch_size"},
+}
+
+
+@pytest.mark.parametrize(
+    "step_class",
+    [pmbd.SGLD, pmbd.SGHMC, pmbd.SBPS, pmbd.pSBPS, pmbd.HMCECS, pmbd.EWSG, pmbd.AusterityMH],
+)
+def test_warnings_name_only_settings_the_sampler_has(step_class):
+    """The bias and divergence warnings tell the user to change settings that the sampler
+    takes (SBPS has no step_size, HMC-ECS no batch_size), and the bias warning names the
+    statistics it is given (kinetic_energy only where the sampler records it)."""
+    accepted = {  # keywords a subclass passes on to its bases' __init__
+        name
+        for cls in step_class.__mro__
+        if "__init__" in vars(cls)
+        for name in inspect.signature(cls.__init__).parameters
+    } - REFUSED.get(step_class, set())
+    for remedy in (step_class.off_target_remedy, step_class.divergence_remedy):
+        named = set(REMEDY_WORDS.findall(remedy))
+        assert named and named <= accepted, (step_class.__name__, remedy)
+    monitor = ChainMonitor(dim=2)
+    for _ in range(50):
+        monitor.add(virial=3.0, noise_share=0.0, kinetic_temperature=1.0)
+    message = monitor.verdict(
+        "X", 0.05, remedy=step_class.off_target_remedy, stat_names=("virial", "noise_share")
+    )
+    assert step_class.off_target_remedy in message and "'kinetic_energy'" not in message
