@@ -186,7 +186,10 @@ def _resolve_client(client: Any) -> Client:
             "scheduler address use client=distributed.Client('tcp://host:8786')."
         )
     if client.status != "running":
-        raise ValueError(f"The Dask client is not running (status {client.status!r}).")
+        raise ValueError(
+            f"The Dask client is not running (status {client.status!r}): connect a new one, "
+            "e.g. distributed.Client('tcp://scheduler-host:8786'), and pass it."
+        )
     return client
 
 

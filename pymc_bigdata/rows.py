@@ -89,7 +89,11 @@ class RowSource:
         self.columns = [as_column(a, name) for a, name in zip(arrays, names)]
         row_counts = {c.name: c.n_rows for c in self.columns}
         if len(set(row_counts.values())) != 1:
-            raise ValueError(f"Row arrays have different row counts: {row_counts}.")
+            raise ValueError(
+                f"Row arrays have different row counts: {row_counts}. Every pmbd.Data array "
+                "and every per-row observed value of a model must have the same rows, in the "
+                "same order; check that the files or columns belong to the same table."
+            )
         self.names = tuple(names)
         self.n_rows = next(iter(row_counts.values()))
         self._out_dtypes = [

@@ -89,7 +89,7 @@ def new_chain_state(
         step._make_alarms(),
         step.noise_bound,
         consequence,
-        CrawlWatch(dim, draws),
+        CrawlWatch(dim, draws, step.layer.coordinate_label),
         step.off_target_remedy,
         stat_names,
     )

@@ -15,6 +15,8 @@ crawling. The in-band runs of the hard-target results hold at least 6.6 % (two-c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = [
@@ -46,7 +48,8 @@ class CrawlWatch:
         Draws the chain keeps (their array is allocated once).
     """
 
-    def __init__(self, dim: int, draws: int):
+    def __init__(self, dim: int, draws: int, label: Callable[[int], str] | None = None):
+        self.label = label or (lambda k: f"coordinate {k} of the raveled value variables")
         if dim > CRAWL_COORDINATES:  # set-up, not sampling: the same subset for every chain
             chosen = np.random.default_rng(0).choice(dim, CRAWL_COORDINATES, replace=False)
             self.coordinates = np.sort(chosen)
@@ -77,7 +80,7 @@ class CrawlWatch:
             return None
         return (
             f"{sampler}: the chain crawls: its draws hold {ess:.0f} effective draws of "
-            f"{self._count} in coordinate {coordinate} of the raveled value variables (bulk ESS "
+            f"{self._count} in {self.label(coordinate)} (bulk ESS "
             f"of this chain alone, below {CRAWL_ESS_SHARE:.0%}), so they may stay near where "
             "tuning left them rather than sample the posterior. Sample longer, compare several "
             "chains (R-hat), or reparameterise."

@@ -204,7 +204,11 @@ class HMCECS(SubsamplingStep):
         cv = {None: True, 0: "first", 1: "first", 2: "second"}[taylor_order]
         kwargs.setdefault("control_variates", cv)
         if kwargs["control_variates"] in (False, "none"):
-            raise ValueError("HMCECS needs control variates (taylor_order 0, 1 or 2).")
+            raise ValueError(
+                "HMCECS needs control variates: its estimator is the Taylor proxy plus a "
+                "subsampled correction (paper Eq. 4). Leave control_variates out and choose "
+                "taylor_order 0, 1 or 2."
+            )
         super().__init__(
             vars,
             batch_size=None,  # the base's minibatches are not used; m is checked below

@@ -55,6 +55,11 @@ def test_a_crawling_chain_is_reported():
     ess, coordinate = watch.smallest_ess()
     assert coordinate == 1 and ess < 10
     assert "crawls" in watch.problem("X")
+    # with the layer's labels, the message names the parameter that crawls
+    named = CrawlWatch(3, 1000, label=lambda k: f"beta[{k}]")
+    for row in draws:
+        named.add(row)
+    assert "in beta[1] (bulk ESS" in named.problem("X")
 
 
 def test_short_chains_are_not_judged():
