@@ -31,6 +31,7 @@ from pymc.stats.convergence import SamplerWarning
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
+from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.kernels.austerity import gibbs_decision
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
@@ -414,7 +415,10 @@ def _binary_vars(model: pm.Model, vars) -> list:
     if vars is None or list(vars) == list(model.value_vars):
         vars = [v for v in model.value_vars if v.dtype.startswith(("int", "uint"))]
         if not vars:
-            raise ValueError("AusterityGibbs: the model has no discrete free variables.")
+            raise ModelNotSupportedError(
+                "AusterityGibbs: the model has no discrete free variables to update; use a "
+                "continuous sampler (pmbd.SGHMC, pmbd.AusterityMH) for it."
+            )
     values = [model.rvs_to_values.get(v, v) for v in vars]
     for value in values:
         if value not in model.values_to_rvs:
