@@ -115,8 +115,22 @@ def _potential_on_rows(x, y):
             ValueError,
             r"batch_size",
         ),
+        (
+            lambda x, y: pm.Bernoulli("y", logit_p=pm.Normal("b") * x, observed=y),
+            lambda m: pmbd.AusterityGibbs(),
+            pmbd.ModelNotSupportedError,
+            r"no discrete free variables to update; use a continuous sampler",
+        ),
     ],
-    ids=["poisson", "continuous", "per-row", "potential-on-rows", "epsilon", "batch-size"],
+    ids=[
+        "poisson",
+        "continuous",
+        "per-row",
+        "potential-on-rows",
+        "epsilon",
+        "batch-size",
+        "no-discrete",
+    ],
 )
 def test_bad_input_is_named(build, make_step, error, match):
     """A non-binary variable, a continuous one, one with a value per row (its conditional is
