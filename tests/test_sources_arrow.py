@@ -8,6 +8,7 @@ import numpy as np
 import pymc as pm
 import pytest
 import zarr
+from test_data import sghmc_draws
 
 import pymc_bigdata as pmbd
 from pymc_bigdata.sources_arrow import LAZY_BLOCK_ROWS, ParquetColumn
@@ -53,20 +54,6 @@ def logistic(X, y, x_columns=("a", "b", "c"), **kwargs) -> pm.Model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
         pm.Bernoulli("obs", logit_p=X_data @ beta, observed=y_data)
     return model
-
-
-def sghmc_draws(model) -> np.ndarray:
-    with model:
-        idata = pm.sample(
-            step=pmbd.SGHMC(),
-            tune=100,
-            draws=100,
-            chains=1,
-            random_seed=17,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    return idata.posterior["beta"].values
 
 
 def test_parquet_files_read_as_their_rows(data):
@@ -131,11 +118,11 @@ def test_same_seed_same_draws_as_zarr_with_the_same_blocks(data):
     block gather draws the same rows, so SGHMC gives the same draws; with uniform rows the
     draws equal those from memory."""
     X, y, path, _ = data
-    from_zarr = sghmc_draws(logistic(path / "X.zarr", path / "y.zarr", x_columns=None))
-    from_parquet = sghmc_draws(logistic(path / "rows", path / "rows"))
+    from_zarr, _ = sghmc_draws(logistic(path / "X.zarr", path / "y.zarr", x_columns=None))
+    from_parquet, _ = sghmc_draws(logistic(path / "rows", path / "rows"))
     np.testing.assert_array_equal(from_parquet, from_zarr)
-    in_memory = sghmc_draws(logistic(X, y, x_columns=None))
-    uniform = sghmc_draws(logistic(path / "rows", path / "rows", gather="rows"))
+    in_memory, _ = sghmc_draws(logistic(X, y, x_columns=None))
+    uniform, _ = sghmc_draws(logistic(path / "rows", path / "rows", gather="rows"))
     np.testing.assert_array_equal(uniform, in_memory)
 
 
