@@ -237,6 +237,7 @@ def test_a_killed_worker_s_chain_runs_again_with_the_same_draws(
     assert mcmc._sample_many is ORIGINAL_SAMPLE_MANY
 
 
+@pytest.mark.slow
 def test_retries_spent_fail_with_the_finished_chains_in_the_store(
     two_workers, model, slow_sghmc, slow_sghmc_reference, tmp_path
 ):
