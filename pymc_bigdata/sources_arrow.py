@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pymc_bigdata.sources import Column, _ChunkedColumn
+from pymc_bigdata.sources import Column, _BlockCache, _ChunkedColumn
 
 __all__ = [
     "LAZY_BLOCK_ROWS",
@@ -155,8 +155,6 @@ class _TableColumn(_ChunkedColumn):
         self.dtype, self.n_rows = dtype, int(n_rows)
         self.trailing_shape = () if scalar else (len(selected),)
         self.block_bounds = np.concatenate([[0], np.cumsum(block_rows)]).astype(np.int64)
-        from pymc_bigdata.sources import _BlockCache
-
         self.cache = _BlockCache(1)
         self._size_cache()
 
