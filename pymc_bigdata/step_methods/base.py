@@ -42,7 +42,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     MinibatchEstimator,
 )
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
-from pymc_bigdata.step_methods.minibatches import Minibatches
+from pymc_bigdata.step_methods.minibatches import MEASURE_ROWS, Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.progress import ProgressColumns
 from pymc_bigdata.step_methods.settings import (
@@ -202,6 +202,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self.minibatches = Minibatches(
             self.layer, batch, census, self.rng, replace=self.replace, reshuffle=self.reshuffle
         )
+        self.minibatches.measure_at_least(self.measure_rows)
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
@@ -311,6 +312,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     noise_measurement: str = "split"
     #: after tuning, measure the noise on one transition every this many draws
     measure_every: int = MEASURE_EVERY
+    #: a measuring transition reads at least this many rows (whole minibatches; see minibatches)
+    measure_rows: int = MEASURE_ROWS
 
     def _estimator(self) -> MinibatchEstimator:
         """Minibatch gradient estimates under the current settings (anchor, order, weights)."""
@@ -347,7 +350,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         measure = self.tune or self._draw_index % self.measure_every == 0
         with np.errstate(all="ignore"):
             oracle = (
-                GradientOracle(self._estimator(), self.minibatches.draw, measure)
+                GradientOracle(self._estimator(), self.minibatches, measure)
                 if self.reads_oracle
                 else None
             )
@@ -368,7 +371,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         if self.tune:  # the policy watches tuning's draws, the chain's report the others
             self._step_policy.observe(stats)
         else:
-            self._report.observe(stats, self._kinetic_temperature(), output)
+            self._report.observe(stats, self._kinetic_temperature(), output, record.noise)
         self._draw_index += 1
         if self.tune and self.adapt:
             self._adaptation.watch(diverging, self._kinetic_temperature(), virial)
@@ -384,19 +387,16 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     # ------------------------------------------------------------------ divergences
     def _on_divergence(self, z0: np.ndarray, blew_up: bool) -> int:
         """A diverging draw (after tuning, one warning per chain). With an accept step the
-        kernel's state is the chain's, never undone (``accept_step``); else the kernel
-        restarts at ``z0`` and, where the base is a single estimate (no running sd yet),
-        measures there: a fresh estimate replaces it (judged against a lucky first estimate,
-        every later draw would be a drop: EWSG's first draw on crossed ratings locked its
-        chain so),
-        and, if tuning has not yet measured the gradient noise, the noise (the next step size
-        then accounts for it). Returns the rows read here."""
+        kernel's state is the chain's (``accept_step``); else the kernel restarts at ``z0``
+        and measures there where the base is a single estimate (a lucky one made every later
+        draw a drop: EWSG on crossed ratings locked so), the estimate replacing it, and the
+        noise if tuning has not measured it yet. Returns the rows read here."""
         rows_read = 0
         if not self.accept_step:
             self._reset_kernel_state()
             unmeasured = self.tune and self.adapt and not self._noise.measured()
             if unmeasured or self._divergence.base_unsettled():
-                oracle = GradientOracle(self._estimator(), self.minibatches.draw, True)
+                oracle = GradientOracle(self._estimator(), self.minibatches, True)
                 record = oracle.measure_at(z0)
                 if unmeasured:
                     self._noise.keep(record.noise)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,10 @@ class ChainReport:
         The statistics of the monitor that the sampler records (named in the warning).
     crawl
         The watch of the kept draws' effective sample size (:mod:`.crawl`).
+    noise_shares
+        ``noise_shares(noise)``: the noise share per coordinate at the step size now that a
+        draw's noise measurement implies (None where it implies none); None: the sampler's
+        step is not noise-limited.
     """
 
     def __init__(
@@ -101,10 +106,12 @@ class ChainReport:
         remedy: str = "Raise batch_size, lower step_size, use more tuning draws, or check "
         "the model",
         stat_names: tuple[str, ...] = ("virial", "noise_share", "kinetic_energy"),
+        noise_shares: Callable[[Any], np.ndarray | None] | None = None,
     ):
         self.sampler = sampler
         self.crawl = crawl
         self.monitor = ChainMonitor(dim)
+        self.noise_shares = noise_shares
         self.alarms = alarms
         self.noise_bound = noise_bound
         self.consequence = consequence
@@ -113,15 +120,25 @@ class ChainReport:
         self.divergences = 0
 
     def observe(
-        self, stats: dict[str, Any], kinetic_temperature: float, position: np.ndarray
+        self,
+        stats: dict[str, Any],
+        kinetic_temperature: float,
+        position: np.ndarray,
+        noise: Any = None,
     ) -> None:
         """A kept draw after tuning (at ``position``, the model's coordinates, as the draws
         are returned): the monitor and each alarm see its statistics, the crawl watch its
-        position. Sets the stat ``divergences``, the chain's diverging draws so far after
-        tuning (as NUTS counts them)."""
+        position, the monitor the noise share its ``noise`` measurement (a
+        :class:`~.gradient_oracle.NoiseSample`, or None) implies unless it diverged. Sets
+        the stat ``divergences``, the chain's diverging draws so far after tuning (as NUTS
+        counts them)."""
         self.divergences += bool(stats["diverging"])
         stats["divergences"] = self.divergences
         self.monitor.add(stats["virial"], stats["noise_share"], kinetic_temperature)
+        if self.noise_shares is not None and noise is not None and not stats["diverging"]:
+            shares = self.noise_shares(noise)
+            if shares is not None:
+                self.monitor.add_noise(shares)
         self.crawl.add(position)
         for alarm in self.alarms:
             alarm.observe(stats)

@@ -11,14 +11,18 @@ them directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_adaptation import ChainAdaptation, Tunable
 from pymc_bigdata.step_methods.chain_report import ChainReport
 from pymc_bigdata.step_methods.crawl import CrawlWatch
 from pymc_bigdata.step_methods.divergence import DivergenceCheck
-from pymc_bigdata.step_methods.noise import NoiseAccumulator
+from pymc_bigdata.step_methods.gradient_oracle import NoiseSample
+from pymc_bigdata.step_methods.noise import NoiseAccumulator, measured_variance
 from pymc_bigdata.step_methods.stability import StabilityWatch
 
 __all__ = ["ChainOwner", "ChainState", "new_chain_state"]
@@ -83,6 +87,7 @@ def new_chain_state(
     stat_names = tuple(
         s for s in ("virial", "noise_share", "kinetic_energy") if s in step.stats_dtypes[0]
     )
+    policy = step._make_step_policy()
     report = ChainReport(
         name,
         dim,
@@ -92,8 +97,8 @@ def new_chain_state(
         CrawlWatch(dim, draws, step.layer.coordinate_label),
         step.off_target_remedy,
         stat_names,
+        noise_shares=_fresh_noise_shares(step, policy),
     )
-    policy = step._make_step_policy()
     adaptation = ChainAdaptation(
         step,
         tune=tune,
@@ -104,3 +109,20 @@ def new_chain_state(
         fixed=fixed,
     )
     return ChainState(noise, divergence, report, policy, adaptation)
+
+
+def _fresh_noise_shares(
+    step: ChainOwner, policy: Any
+) -> Callable[[NoiseSample], np.ndarray | None]:
+    """``shares(noise)``: the noise share per coordinate that one measurement implies at the
+    step's size, batch size and control-variate order now (the policy's noise model; NaN
+    for a policy without one), for the report's check of tuning's estimate."""
+
+    def shares(noise: NoiseSample) -> np.ndarray | None:
+        unit = measured_variance(noise, step.cv_order)
+        if unit is None:
+            return None
+        factor = step.minibatches.batch_factor(step.batch_size)
+        return policy.shares(step.step_size, unit * factor)
+
+    return shares

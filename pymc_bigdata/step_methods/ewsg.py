@@ -75,6 +75,9 @@ class EWSG(SubsamplingStep):
     default_friction: ClassVar[float] = 1.0
     #: dynamics time per recorded draw (as SGHMC's, in units of 1/sqrt(curvature))
     default_travel_time: ClassVar[float] = 2.8
+    #: the measuring call is one of the index chain's candidates, which must all be
+    #: minibatches of one size: it reads the draw's own minibatch
+    measure_rows: ClassVar[int] = 0
     default_index_chain_steps: ClassVar[int] = 1
     #: the paper's plain version (Sec. 4.2, Algorithm 1); give step_size and friction too
     PAPER_SETTINGS: ClassVar[dict[str, Any]] = {

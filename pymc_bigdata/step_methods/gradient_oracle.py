@@ -14,14 +14,13 @@ writes nothing but its own record.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
-__all__ = ["DrawRecord", "GradientOracle", "MinibatchEstimator", "NoiseSample"]
+__all__ = ["DrawRecord", "GradientOracle", "MinibatchEstimator", "NoiseSample", "RowDraws"]
 
 
 class NoiseSample(NamedTuple):
@@ -83,6 +82,9 @@ class MinibatchEstimator:
         The census stratum's rows (included in every estimate), or None.
     batch_size
         Rows per minibatch (outside the census).
+    measure_size, measure_weights
+        Rows a measuring estimate reads (outside the census; whole minibatches, at least
+        ``batch_size``), and the weights of those rows and of their two halves.
     noise_measurement
         ``"split"`` (two half minibatches) or ``"fisher"`` (per-row gradients).
     pool_size
@@ -98,6 +100,8 @@ class MinibatchEstimator:
     half_weights: tuple[np.ndarray, np.ndarray]
     census_rows: list[np.ndarray] | None
     batch_size: int
+    measure_size: int
+    measure_weights: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]
     noise_measurement: str
     pool_size: int
 
@@ -120,24 +124,25 @@ class MinibatchEstimator:
     def measured(
         self, theta: np.ndarray, rows: list[np.ndarray]
     ) -> tuple[float, np.ndarray, NoiseSample]:
-        """The minibatch estimate with its noise measured: ``(log density, gradient in theta,
-        noise in z units)``; ``rows`` exclude the census. Split: the weighted mean of two
-        halves' estimates, whose difference gives ``Var(estimate) = E[(g_a - g_b)^2] / 4``
-        (n/2 rows each)."""
+        """The estimate on ``measure_size`` rows (``rows``, census excluded) with its noise
+        measured: ``(log density, gradient in theta, noise in z units)``. Split: the weighted
+        mean of two halves' estimates, whose difference gives ``Var(estimate) = E[(g_a -
+        g_b)^2] / 4`` (``measure_size / 2`` rows each)."""
+        weights, half_weights = self.measure_weights
         if self.noise_measurement == "fisher":
             lp, g = self.layer.estimate_logp_grad(
-                theta, self.with_census(rows), self.anchor, self.weights
+                theta, self.with_census(rows), self.anchor, weights
             )
             if self.cv_order == 2:  # value from first order; gradient as sampled
-                g = self.gradient(theta, self.with_census(rows), self.weights)
+                g = self.gradient(theta, self.with_census(rows), weights)
             return lp, g, NoiseSample(self._fisher_noise_var(theta, rows), None)
-        half = self.batch_size // 2
+        half = self.measure_size // 2
         halves = [
             self.with_census([r[:half] for r in rows]),
             self.with_census([r[half:] for r in rows]),
         ]
-        w_a = half / self.batch_size
-        pairs = list(zip(halves, self.half_weights))
+        w_a = half / self.measure_size
+        pairs = list(zip(halves, half_weights))
         if self.second_order:
             parts = [
                 self.layer.estimate_second_order_parts(theta, h, self.anchor, w) for h, w in pairs
@@ -160,7 +165,7 @@ class MinibatchEstimator:
         """Per-unit noise ``N^2 s^2`` (z units) from two halves' difference: ``E[(g_a -
         g_b)^2] / 4 = N^2 s^2 / n`` for halves of a sample drawn with or without
         replacement (``s^2``: the rows' variance, ``N``: the subsampled rows)."""
-        return self.precond.grad_z(difference) ** 2 / 4.0 * self.batch_size
+        return self.precond.grad_z(difference) ** 2 / 4.0 * self.measure_size
 
     def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Diagonal of the first-order estimate's per-unit covariance from per-row gradients
@@ -173,6 +178,14 @@ class MinibatchEstimator:
         return per_row_z.var(axis=0, ddof=1) * self.pool_size**2
 
 
+class RowDraws(Protocol):
+    """What the oracle draws its rows from (:class:`~.minibatches.Minibatches`)."""
+
+    def draw(self) -> list[np.ndarray]: ...
+
+    def draw_measuring(self) -> list[np.ndarray]: ...
+
+
 class GradientOracle:
     """One draw's stochastic gradient of the log posterior in z (a fresh minibatch per call).
 
@@ -180,24 +193,19 @@ class GradientOracle:
     ----------
     estimator
         The estimates under the step's current settings (its ``precond`` maps z and theta).
-    draw_rows
-        Draws the next minibatch's rows (outside the census).
+    minibatches
+        Draws the next minibatch's rows (``draw()``) and a measuring call's
+        (``draw_measuring()``, ``estimator.measure_size`` rows), outside the census.
     measure
         Whether the call on the kernel's last transition measures the noise (and the log
-        density), when the batch has at least 2 rows.
+        density), when it reads at least 2 rows.
     """
 
-    def __init__(
-        self,
-        estimator: MinibatchEstimator,
-        draw_rows: Callable[[], list[np.ndarray]],
-        measure: bool,
-    ):
+    def __init__(self, estimator: MinibatchEstimator, minibatches: RowDraws, measure: bool):
         self.estimator = estimator
-        self._draw_rows = draw_rows
-        self._measure = measure and estimator.batch_size >= 2
-        census = 0 if estimator.census_rows is None else len(estimator.census_rows[0])
-        self._rows_per_call = estimator.batch_size + census
+        self._minibatches = minibatches
+        self._measure = measure and estimator.measure_size >= 2
+        self._census = 0 if estimator.census_rows is None else len(estimator.census_rows[0])
         self._rows_read = 0
         self._position: np.ndarray | None = None
         self._grad: np.ndarray | None = None
@@ -230,8 +238,9 @@ class GradientOracle:
     def _estimate(self, z: np.ndarray, measure: bool) -> np.ndarray:
         estimator = self.estimator
         theta = estimator.precond.theta(z)
-        rows = self._draw_rows()
-        self._rows_read += self._rows_per_call
+        draw = self._minibatches.draw_measuring if measure else self._minibatches.draw
+        rows = draw()
+        self._rows_read += self._census + len(rows[0])
         try:
             if measure:
                 lp, g_theta, self._noise = estimator.measured(theta, rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NoiseAccumulator"]
+__all__ = ["NoiseAccumulator", "measured_variance"]
 
 
 class NoiseAccumulator:
@@ -72,3 +72,16 @@ class _Mean:
     def add(self, x: np.ndarray) -> None:
         self.count += 1
         self.mean = self.mean + (x - self.mean) / self.count
+
+
+def measured_variance(
+    noise: tuple[np.ndarray, np.ndarray | None] | None, order: int
+) -> np.ndarray | None:
+    """One measurement's per-unit noise ``N^2 s^2`` (z units) of the estimate of control-
+    variate ``order`` (first order where second order is missing or for order 0); None
+    where the draw measured nothing or the measurement is not finite."""
+    if noise is None:
+        return None
+    first, second = noise
+    chosen = second if order == 2 and second is not None else first
+    return chosen if np.all(np.isfinite(chosen)) else None

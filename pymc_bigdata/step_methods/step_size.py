@@ -152,6 +152,11 @@ class NoiseLimitedStepSize:
         variance ``noise_var`` at ``step_size``."""
         return float(np.max(self.noise_share(step_size, noise_var)))
 
+    def shares(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """Each coordinate's share of the stationary variance fed by gradient noise of
+        variance ``noise_var`` at ``step_size``."""
+        return np.asarray(self.noise_share(step_size, noise_var), dtype=np.float64)
+
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: nothing to restart (the noise decides)."""
 
@@ -261,6 +266,10 @@ class DualAveragingStepSize:
         enters this sampler's target, its accept test or its bounces absorb it)."""
         return math.nan
 
+    def shares(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """Each coordinate's noise share (NaN, as :meth:`share`)."""
+        return np.full(np.shape(noise_var), math.nan)
+
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the acceptance history belongs to the old
         coordinates, start again from ``step_size``."""
@@ -292,6 +301,10 @@ class CurvatureStepSize:
         """The worst coordinate's noise share at ``step_size`` (NaN: no gradient noise
         enters this sampler's target, its accept test or its bounces absorb it)."""
         return math.nan
+
+    def shares(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
+        """Each coordinate's noise share (NaN, as :meth:`share`)."""
+        return np.full(np.shape(noise_var), math.nan)
 
     def new_coordinates(self, step_size: float) -> None:
         """The preconditioner changed: the default follows it at the next choice."""

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_bigdata.step_methods.diagnostics import ChainMonitor, temperature_alarm
+from pymc_bigdata.step_methods.diagnostics import (
+    MIN_FRESH_MEASUREMENTS,
+    ChainMonitor,
+    temperature_alarm,
+)
 
 
 def test_virial_of_unit_gaussian_draws_raises_no_alarm():
@@ -53,3 +57,33 @@ def test_a_small_heating_in_many_dimensions_raises_the_alarm():
     assert message is not None and "4004 dimensions" in message and "3.6" in message
     assert _monitor(45, 1.08).verdict("SGLD", noise_bound=0.05) is None
     assert _monitor(1003, 1.04).verdict("SGLD", noise_bound=0.05) is None
+
+
+def test_noise_alarm_judges_the_measurements_after_tuning():
+    """The running-mean ``noise_share`` stat carries tuning's estimate (at the bound, 5 %);
+    the measurements after tuning decide: a steady share of 0.2 (4 times the bound) raises
+    the alarm; a mean of 0.1 does not; nor does a mean of 0.4 carried by one measurement in
+    100 (a heavy tail: the limit is not exceeded by 2 standard errors); with fewer than
+    ``MIN_FRESH_MEASUREMENTS`` the stat's median decides (quiet here).
+
+    Mutations: the verdict judging the stat's median whatever the measurements (the rule
+    before) leaves the steady chain quiet; the mean without its standard error flags the
+    heavy-tailed one."""
+    rng = np.random.default_rng(5)
+
+    def chain(measurements: list[float]) -> ChainMonitor:
+        monitor = ChainMonitor(dim=3)
+        for k in range(1000):
+            monitor.add(1.0 + 0.1 * rng.standard_normal(), 0.05, np.nan)
+            if k % 10 == 0 and k // 10 < len(measurements):
+                monitor.add_noise(np.array([0.01, 0.02, measurements[k // 10]]))
+        return monitor
+
+    steady = 0.2 * rng.gamma(20.0, 1 / 20.0, size=100)
+    message = chain(list(steady)).verdict("SGHMC", noise_bound=0.05)
+    assert message is not None and "after tuning (100 measurements)" in message
+    assert chain(list(steady / 2)).verdict("SGHMC", noise_bound=0.05) is None
+    one_kick = [0.0] * 99 + [40.0]
+    assert chain(one_kick).verdict("SGHMC", noise_bound=0.05) is None
+    few = [0.2] * (MIN_FRESH_MEASUREMENTS - 1)
+    assert chain(few).verdict("SGHMC", noise_bound=0.05) is None

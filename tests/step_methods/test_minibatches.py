@@ -36,3 +36,37 @@ def test_weights_census_and_variance_factor(small_logistic, replace):
     np.testing.assert_allclose(batches.weights[3:], pool / 800)
     batches.restore_default()
     assert batches.size == 400 and len(batches.weights) == 403
+
+
+def test_a_measuring_call_reads_whole_minibatches_up_to_the_measure_rows(small_logistic):
+    """With 10-row minibatches and ``measure_at_least(100)`` a measuring call reads the next
+    10 minibatches (100 rows, census excluded, weighted (N - C) / 100, halves of 50 rows each
+    estimating the whole sum), and the estimator's noise scale uses 100 rows; from 100 rows
+    per minibatch on it reads the draw's own (the same draws as before). Mutations: the
+    measuring weights of one minibatch, or ``measure_size`` left at the batch size."""
+    _, layer = small_logistic
+    census = np.array([3, 10, 42])
+    pool = layer.n_rows - len(census)
+    batches = Minibatches(
+        layer, 10, census, np.random.default_rng(0), replace=False, reshuffle=True
+    )
+    batches.measure_at_least(100)
+    assert batches.measure_batches == 10
+    rows = batches.draw_measuring()
+    assert all(len(column) == 100 for column in rows)
+    weights, halves = batches.measure_weights
+    np.testing.assert_array_equal(weights[:3], 1.0)
+    np.testing.assert_allclose(weights[3:], pool / 100)
+    for half in halves:
+        assert len(half) == 53
+        np.testing.assert_allclose(half[3:].sum(), pool)
+    estimator = batches.estimator(None, None, 0, second_order=False, noise_measurement="split")
+    assert estimator.measure_size == 100 and estimator.batch_size == 10
+    batches.resize(200)
+    assert batches.measure_batches == 1 and batches.measure_weights[0].shape == (203,)
+    reference = Minibatches(
+        layer, 200, census, np.random.default_rng(1), replace=False, reshuffle=True
+    )
+    again = Minibatches(layer, 200, census, np.random.default_rng(1), replace=False, reshuffle=True)
+    again.measure_at_least(100)
+    np.testing.assert_array_equal(again.draw_measuring()[0], reference.draw()[0])
