@@ -198,6 +198,8 @@ ALL_METHODS = (
     "nuts",
     "blackjax",
     "numpyro",
+    "nutpie",
+    "advi",
 )
 
 
@@ -228,13 +230,13 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         "--nuts-tune",
         type=int,
         default=None,
-        help="NUTS tuning steps per chain (default 300; 100 with --quick)",
+        help="NUTS (PyMC and nutpie) tuning steps per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
         "--nuts-draws",
         type=int,
         default=None,
-        help="NUTS draws per chain (default 300; 100 with --quick)",
+        help="NUTS (PyMC and nutpie) draws per chain (default 300; 100 with --quick)",
     )
     parser.add_argument(
         "--is-samples",

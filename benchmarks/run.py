@@ -7,8 +7,9 @@ features, sampled by
   with their defaults (``cores=1`` and ``cores=2``), and perturbed ``HMCECS`` at NumPyro's subsample
   size and blocks (``m = 1000``, ``G = 100``: ``hmcecs_m1000``),
 * PyMC's own NUTS on the full data (``pm.sample(nuts_sampler="pymc")``),
+* PyMC's minibatch ADVI (mean-field, ``pm.Minibatch`` and ``pm.fit``),
 * optional peers, when importable: BlackJAX SGLD / SGHMC (control-variate gradients,
-  step size picked on a grid) and NumPyro HMCECS.
+  step size picked on a grid), NumPyro HMCECS and nutpie's full-data NUTS.
 
 Every method is scored against a reference posterior (Laplace fit refined by importance
 sampling, cached under ``benchmarks/results/``) on accuracy (error of the means and ratio
@@ -17,8 +18,9 @@ the data).  See ``docs/benchmarks.md`` for the protocol.
 
 The code: ``protocol.py`` (settings, command line, methods, data and model),
 ``reference.py`` (the reference posterior), ``scoring.py`` (what is measured),
-``ours.py`` (our step methods), ``peers_nuts.py``, ``peers_blackjax.py`` and
-``peers_numpyro.py`` (the others), ``report.py`` (tables and output files).
+``ours.py`` (our step methods), ``peers_nuts.py``, ``peers_blackjax.py``,
+``peers_numpyro.py``, ``peers_nutpie.py`` and ``peers_advi.py`` (the others), ``report.py``
+(tables and output files).
 
 Usage::
 
@@ -34,8 +36,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from ours import run_ours
+from peers_advi import run_advi
 from peers_blackjax import run_blackjax
 from peers_numpyro import run_hmcecs
+from peers_nutpie import run_nutpie
 from peers_nuts import run_nuts
 from protocol import OURS, Config, Dataset, build_model, make_data, parse_args
 from reference import Reference, load_or_compute_reference
@@ -50,6 +54,8 @@ RUNNERS: dict[str, Runner] = {
     "nuts": run_nuts,
     "blackjax": run_blackjax,
     "numpyro": run_hmcecs,
+    "nutpie": run_nutpie,
+    "advi": run_advi,
 }
 
 
