@@ -133,7 +133,7 @@ def test_pymc_nuts_equals_pm_sample_cores_1(two_workers, model):
     """PyMC's own NUTS (jitter+adapt_diag initialisation on the caller) is equal too."""
     kwargs = {**SAMPLE, "draws": 50, "tune": 50}
     with model:
-        local = pm.sample(**kwargs, cores=1, progressbar=False)
+        local = pm.sample(**kwargs, cores=1, progressbar=False, nuts_sampler="pymc")
     remote = sample_dask(two_workers, **kwargs, model=model)
     assert_same_draws(local, remote)
     assert "tree_depth" in remote.sample_stats

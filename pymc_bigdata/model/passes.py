@@ -10,6 +10,7 @@ that the log-likelihood factors over rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,17 @@ class FullDataPasses:
             self.chunk_rows,
             "Hessian product",
         )
+
+    def full_loglik_grad_hessian(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """Full-data summed log-likelihood, its gradient and its dense Hessian in one pass
+        (row chunks as :meth:`full_loglik_hessian`'s)."""
+        both = _GradHessian(
+            self.compiled.chunk_function("loglik_grad"), self.compiled.chunk_function("hessian")
+        )
+        lp, g, hessian = self.rows.reduce(
+            both, (theta,), self.hessian_chunk_rows(), "log-likelihood and Hessian"
+        )
+        return float(lp), g, hessian
 
     def full_loglik_hessian(self, theta: np.ndarray) -> np.ndarray:
         """Full-data dense Hessian of the summed log-likelihood.
@@ -181,6 +193,18 @@ class FullDataPasses:
                 "mean, cumulative sum or lag over the data inside the model); compute such "
                 "quantities before building the model and pass them as data."
             )
+
+
+class _GradHessian:
+    """A row block's summed log-likelihood, gradient and Hessian from one read of its rows
+    (picklable, for dask workers, as its two chunk functions are)."""
+
+    def __init__(self, grad: Any, hessian: Any):
+        self.grad, self.hessian = grad, hessian
+
+    def __call__(self, theta: np.ndarray, *rows: np.ndarray) -> list[Any]:
+        lp, g = self.grad(theta, *rows)
+        return [lp, g, self.hessian(theta, *rows)]
 
 
 def select_influential(
