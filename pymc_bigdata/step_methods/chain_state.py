@@ -33,6 +33,8 @@ class ChainOwner(Tunable, Protocol):
     :class:`~.base.SubsamplingStep`), besides what its adaptation tunes."""
 
     noise_bound: float
+    #: rows per minibatch now (the noise check turns a measurement into this batch's noise)
+    batch_size: int
     #: whether the kernel's own accept test decides (a diverging draw is then kept)
     accept_step: bool
     #: what the end-of-chain alarm says an off-target chain's draws likely are
