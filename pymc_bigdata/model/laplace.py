@@ -212,7 +212,9 @@ def find_map(
         else next(passes.rows.chunks(n_rows))
     )
     theta = _lbfgs(_scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
-    exact = graph.dim <= min(DENSE_PRECONDITIONER_DIM, DENSE_HESSIAN_MAX_DIM)  # a dense Hessian
+    # the exact stage where the first one saw a subsample (with every row, its Hessian is
+    # the full data's already) and a dense Hessian is allowed
+    exact = n_sub < n_rows and graph.dim <= min(DENSE_PRECONDITIONER_DIM, DENSE_HESSIAN_MAX_DIM)
     result = _exact_newton(passes, theta) if exact else None
     if result is None:
         n_sub = len(sub_rows[0])  # a block gather returns whole blocks: about n_sub rows
