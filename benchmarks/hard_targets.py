@@ -64,6 +64,9 @@ MODELS = {
     # 40,000 ratings, 2,000 raters x 2,000 items, 20 each (d = 4,004)
     "crossed_ratings_noncentred": (lambda: hm.crossed_ratings(centred=False), None),
     "crossed_ratings_centred": (lambda: hm.crossed_ratings(centred=True), None),
+    # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
+    "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
+    "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -74,6 +77,8 @@ REFERENCE_FILE = {
     "hier_poisson_centred": "hier_poisson",
     "crossed_ratings_noncentred": "crossed_ratings",
     "crossed_ratings_centred": "crossed_ratings",
+    "two_level_logistic_noncentred": "two_level_logistic",
+    "two_level_logistic_centred": "two_level_logistic",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

@@ -328,6 +328,70 @@ def hier_poisson(centred: bool, seed: int = 7) -> pm.Model:
 
 
 # ---------------------------------------------------------------------------------------------
+# d2c. two levels: groups nested in regions, 60 groups of 5 to ~7,000 rows in 6 regions
+
+
+def make_two_level_logistic_data(
+    n_rows: int = 60_000, n_regions: int = 6, n_groups: int = 60, seed: int = 11
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (shuffled), each group in
+    region ``j % n_regions``; two standard-normal covariates. True region effects
+    ``b ~ Normal(-1, 0.7)``, group effects ``a ~ Normal(b[region], 0.5)``, slope
+    ``(0.5, -0.3)``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    region : ndarray of int, shape (n_groups,)
+        Each group's region.
+    X : ndarray, shape (n_rows, 2)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    region = np.arange(n_groups) % n_regions
+    b = -1.0 + 0.7 * rng.standard_normal(n_regions)
+    a = b[region] + 0.5 * rng.standard_normal(n_groups)
+    X = rng.standard_normal((n_rows, 2))
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(a[group] + X @ np.array([0.5, -0.3])))))
+    return group, region, X, y
+
+
+def two_level_logistic_model(
+    group: np.ndarray, region: np.ndarray, X: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """Groups nested in regions: ``mu ~ Normal(0, 2)``, ``tau_b, tau_a ~ HalfNormal(1)``,
+    ``slope ~ Normal(0, 2)`` (2); region effects ``b ~ Normal(mu, tau_b)`` and group effects
+    ``a ~ Normal(b[region], tau_a)`` (centred), or ``b = mu + tau_b z_b`` and
+    ``a = b[region] + tau_a z_a`` with standard-normal ``z_b``, ``z_a`` (non-centred);
+    ``y ~ Bernoulli(logit_p = a[group] + X slope)``. The group effect's ``loc`` is another
+    effect, indexed by the group's region."""
+    n_regions, n_groups = int(region.max()) + 1, len(region)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau_b = pm.HalfNormal("tau_b", 1.0)
+        tau_a = pm.HalfNormal("tau_a", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        if centred:
+            b = pm.Normal("b", mu, tau_b, shape=n_regions)
+            a = pm.Normal("a", b[region], tau_a, shape=n_groups)
+        else:
+            z_b = pm.Normal("z_b", 0.0, 1.0, shape=n_regions)
+            b = pm.Deterministic("b", mu + tau_b * z_b)
+            z_a = pm.Normal("z_a", 0.0, 1.0, shape=n_groups)
+            a = pm.Deterministic("a", b[region] + tau_a * z_a)
+        pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
+    return model
+
+
+def two_level_logistic(centred: bool, seed: int = 11) -> pm.Model:
+    """The two-level hierarchy (see ``two_level_logistic_model``)."""
+    group, region, X, y = make_two_level_logistic_data(seed=seed)
+    return two_level_logistic_model(group, region, X, y, centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
 # d3. crossed random effects: thousands of raters x thousands of items, 20 ratings each
 
 

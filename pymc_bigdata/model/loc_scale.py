@@ -44,6 +44,7 @@ from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor
 
 from pymc_bigdata.data import row_column
+from pymc_bigdata.model.nested_loc import ParentLoc
 from pymc_bigdata.model.row_data import data_value, strip_minibatch
 
 __all__ = ["LocScaleEffect", "find_loc_scale_effects"]
@@ -71,11 +72,12 @@ class LocScaleEffect:
         Its ``J`` entries in ``theta``.
     loc : str or None
         Name of the (untransformed, size-1) value variable of ``loc``; None where ``loc`` is
-        the constant :attr:`loc_value`.
+        the constant :attr:`loc_value` or the parents' effects :attr:`parent`.
     loc_slice : slice or None
-        Its entry in ``theta`` (None for a constant ``loc``).
+        Its entry in ``theta`` (None for a constant or a parent's ``loc``).
     loc_value : float
-        The constant ``loc`` (0.0 for ``a = scale * z``); unused where :attr:`loc` is set.
+        The constant ``loc`` (0.0 for ``a = scale * z``); unused where :attr:`loc` or
+        :attr:`parent` is set.
     scale : str
         Name of the (size-1) value variable of ``scale``, e.g. ``tau_log__``.
     scale_slice : slice
@@ -92,6 +94,9 @@ class LocScaleEffect:
     indexed_only : bool
         The likelihood reads the effect only as ``a[g]`` with this one index ``g`` (one entry
         per row): the log-likelihood's Hessian in the effect is then diagonal.
+    parent : ParentLoc or None
+        Groups nested in parents: ``loc_j = b[k_j]``, another effect read at each group's
+        parent (:mod:`pymc_bigdata.model.nested_loc`); None for a scalar or constant ``loc``.
     """
 
     name: str
@@ -107,6 +112,7 @@ class LocScaleEffect:
     group: np.ndarray | None = field(default=None, repr=False)
     group_var: Variable | None = field(default=None, repr=False)
     indexed_only: bool = False
+    parent: ParentLoc | None = None
 
     @property
     def n_groups(self) -> int:
@@ -146,8 +152,10 @@ def find_loc_scale_effects(
 
     where ``scale`` is a sampled free variable of size 1, untransformed or log-transformed
     (``HalfNormal``, ``Exponential``, ``HalfCauchy`` ...), and ``loc`` a sampled,
-    untransformed free variable of size 1 or a constant. Other shapes, priors, transforms
-    or held variables give no record.
+    untransformed free variable of size 1, a constant, or another effect read at each
+    group's parent, ``b[k]`` with a constant integer vector ``k`` of one entry per group
+    (two levels: ``b`` a sampled untransformed free vector, or ``loc_b + scale_b * z_b`` as
+    above). Other shapes, priors, transforms or held variables give no record.
 
     Parameters
     ----------
@@ -179,12 +187,16 @@ def find_loc_scale_effects(
             continue  # z reaches the model other than through this expression
         name = _effect_name(var, read) or z_rv.name
         group = _group_index(var, read) if index is None else _row_index(index)
-        found[z_rv] = layout.record(name, False, z_rv, loc, scale, group)
+        record = layout.record(name, False, z_rv, loc, scale, group)
+        if record is not None:
+            found[z_rv] = record
     for rv in model.free_RVs:
         match = _match_centred(rv, layout)
         if match is None or rv not in read:
             continue
-        found[rv] = layout.record(rv.name, True, rv, *match, _group_index(rv, read))
+        record = layout.record(rv.name, True, rv, *match, _group_index(rv, read))
+        if record is not None:
+            found[rv] = record
     order = {v: i for i, v in enumerate(value_vars)}
     return sorted(found.values(), key=lambda e: order[layout.value_of[e.effect]])
 
@@ -223,13 +235,44 @@ class _Layout:
             return None
         return rv
 
-    def loc(self, var: Variable) -> Variable | float | None:
-        """An untransformed sampled scalar free variable, or a constant (its float)."""
+    def loc(self, var: Variable) -> Variable | float | ParentLoc | None:
+        """An untransformed sampled scalar free variable, a constant (its float), or another
+        effect read at each group's parent (:meth:`parent`)."""
         value = _constant(var)
         if value is not None:
             return float(value.ravel()[0]) if value.size == 1 else None
         rv = self.scalar(var)
-        return rv if rv is not None and self.transform(rv) is None else None
+        if rv is not None:
+            return rv if self.transform(rv) is None else None
+        return self.parent(var)
+
+    def parent(self, var: Variable) -> ParentLoc | None:
+        """``b[k]`` with a constant integer vector ``k``, where ``b`` is a sampled
+        untransformed free vector or ``loc_b + scale_b * z_b`` (a non-centred effect whose
+        own ``loc_b`` is a scalar or a constant)."""
+        indexing = _peel(var)
+        b, k = _indexed(indexing)
+        k = None if k is None else _constant(k)
+        if k is None or k.ndim != 1:
+            return None
+        k = k.astype(np.int64)
+        if self.vector(b):
+            return ParentLoc(b.name, self.sampled(b), k)
+        name = indexing.owner.inputs[0].name  # a pm.Deterministic's, before peeling
+        match = _match_noncentred(b, self)
+        if match is None or match[3] is not None or isinstance(match[1], ParentLoc):
+            return None
+        z, loc, scale, _ = match
+        loc_free = isinstance(loc, Variable)
+        return ParentLoc(
+            name=name or z.name,
+            values_slice=self.sampled(z),
+            index=k,
+            loc_slice=self.sampled(loc) if loc_free else None,
+            loc_value=0.0 if loc_free else float(loc),
+            scale_slice=self.sampled(scale),
+            scale_transform="log" if self.transform(scale) is not None else None,
+        )
 
     def scale(self, var: Variable) -> Variable | None:
         """A sampled scalar free variable, untransformed or log-transformed."""
@@ -253,17 +296,26 @@ class _Layout:
         name: str,
         centred: bool,
         effect: Variable,
-        loc: Variable | float,
+        loc: Variable | float | ParentLoc,
         scale: Variable,
         group: _GroupIndex,
-    ) -> LocScaleEffect:
+    ) -> LocScaleEffect | None:
+        """The record; None where a parent's ``loc`` does not fit the effect (its index not
+        one entry per group, or its parents the effect itself)."""
         values = self.model.rvs_to_values
+        effect_slice = self.sampled(effect)
+        parent = loc if isinstance(loc, ParentLoc) else None
+        if parent is not None:
+            own = set(range(effect_slice.start, effect_slice.stop))
+            if len(parent.index) != len(own) or own & parent.slots():
+                return None
+            loc = 0.0
         loc_free = isinstance(loc, Variable)
         return LocScaleEffect(
             name=name,
             centred=centred,
             effect=values[effect].name,
-            effect_slice=self.sampled(effect),
+            effect_slice=effect_slice,
             loc=values[loc].name if loc_free else None,
             loc_slice=self.sampled(loc) if loc_free else None,
             loc_value=0.0 if loc_free else float(loc),
@@ -273,6 +325,7 @@ class _Layout:
             group=group.rows,
             group_var=group.var,
             indexed_only=group.indexed_only,
+            parent=parent,
         )
 
 

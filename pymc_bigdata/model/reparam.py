@@ -31,6 +31,7 @@ import pytensor.tensor as pt
 from scipy.optimize import minimize_scalar
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
+from pymc_bigdata.model.nested_loc import log_scale_of
 
 __all__ = [
     "LocScaleReparam",
@@ -51,8 +52,11 @@ def scale_at(effect: LocScaleEffect, theta: np.ndarray) -> float:
     return float(np.exp(value)) if effect.scale_transform == "log" else abs(value)
 
 
-def _loc_at(effect: LocScaleEffect, theta: np.ndarray) -> float:
-    """The effect's ``loc`` at ``theta``."""
+def _loc_at(effect: LocScaleEffect, theta: np.ndarray) -> float | np.ndarray:
+    """The effect's ``loc`` at ``theta``: a float, or one per group where the groups are
+    nested in parents (``effect.parent``)."""
+    if effect.parent is not None:
+        return effect.parent.value(np.asarray(theta, dtype=np.float64))
     return effect.loc_value if effect.loc_slice is None else float(theta[effect.loc_slice][0])
 
 
@@ -103,8 +107,9 @@ class GroupFit(NamedTuple):
     estimate: np.ndarray
     #: the scale at the mode of its marginal posterior
     scale: float
-    #: ``loc`` (a free one at its weighted mean given :attr:`scale`)
-    loc: float
+    #: ``loc`` (a free one at its weighted mean given :attr:`scale`; one per group where
+    #: the groups are nested in parents, held at the point's)
+    loc: float | np.ndarray
 
     @property
     def information(self) -> np.ndarray:
@@ -157,10 +162,11 @@ def fit_groups(
         return GroupFit(kappa, estimate, scale, loc)
     scale_prior = _scale_prior(effect, theta, prior_logp)
     x, v = estimate[seen], 1.0 / kappa[seen]
+    held_loc = loc if np.ndim(loc) == 0 else loc[seen]
 
-    def loc_given(log_scale: float) -> float:
+    def loc_given(log_scale: float) -> float | np.ndarray:
         if effect.loc_slice is None:
-            return loc
+            return held_loc
         weight = 1.0 / (np.exp(2.0 * log_scale) + v)
         return float(np.sum(weight * x) / np.sum(weight))
 
@@ -176,7 +182,8 @@ def fit_groups(
         )
     if not np.isfinite(best.fun):
         return GroupFit(kappa, estimate, scale, loc)
-    return GroupFit(kappa, estimate, float(np.exp(best.x)), loc_given(best.x))
+    fitted_loc = loc if effect.loc_slice is None else loc_given(best.x)
+    return GroupFit(kappa, estimate, float(np.exp(best.x)), fitted_loc)
 
 
 def _scale_prior(
@@ -212,9 +219,11 @@ def bulk_point(effect: LocScaleEffect, theta: np.ndarray, fit: GroupFit) -> np.n
     ``(kappa_j a_j^ + loc / scale^2) / (kappa_j + 1 / scale^2)`` (in the model's own
     variable: ``z_j = (a_j - loc) / scale`` where it is non-centred)."""
     out = np.array(theta, dtype=np.float64)
+    # nested groups: about their parents at ``theta`` (which an earlier bulk_point may move)
+    loc = fit.loc if effect.parent is None else _loc_at(effect, out)
     prior_precision = 1.0 / fit.scale**2
-    a = (fit.kappa * fit.estimate + prior_precision * fit.loc) / (fit.kappa + prior_precision)
-    out[effect.effect_slice] = a if effect.centred else (a - fit.loc) / fit.scale
+    a = (fit.kappa * fit.estimate + prior_precision * loc) / (fit.kappa + prior_precision)
+    out[effect.effect_slice] = a if effect.centred else (a - loc) / fit.scale
     out[effect.scale_slice] = np.log(fit.scale) if effect.scale_transform == "log" else fit.scale
     if effect.loc_slice is not None:
         out[effect.loc_slice] = fit.loc
@@ -266,17 +275,17 @@ class LocScaleReparam:
 
     # ------------------------------------------------------------------ parts of a vector
     def _loc(self, x: np.ndarray) -> np.ndarray:
+        """``loc``, shape (..., 1), or (..., J) for groups nested in parents."""
         e = self.effect
+        if e.parent is not None:
+            return e.parent.value(x)
         if e.loc_slice is None:
             return np.full(x.shape[:-1] + (1,), e.loc_value)
         return x[..., e.loc_slice]
 
     def _log_scale(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``log(scale)`` and its derivative in the scale's value, shape (..., 1) each."""
-        value = x[..., self.effect.scale_slice]
-        if self.effect.scale_transform == "log":
-            return value, np.ones_like(value)
-        return np.log(np.abs(value)), 1.0 / value
+        return log_scale_of(x[..., self.effect.scale_slice], self.effect.scale_transform)
 
     def _factor(self, x: np.ndarray) -> np.ndarray:
         """``scale**(m - c_j)``, shape (..., J)."""
@@ -312,7 +321,10 @@ class LocScaleReparam:
         """The model's effect variable ``t`` (shape (J,)) at the symbolic vector ``phi``
         (Eq. 1)."""
         e, c, m = self.effect, self.shared_centredness, self.effect.model_centredness
-        loc = e.loc_value if e.loc_slice is None else phi[e.loc_slice][0]
+        if e.parent is not None:
+            loc = e.parent.symbolic(phi)
+        else:
+            loc = e.loc_value if e.loc_slice is None else phi[e.loc_slice][0]
         factor = pt.exp(self._symbolic_log_scale(phi) * (m - c))
         return m * loc + factor * (phi[e.effect_slice] - c * loc)
 
@@ -339,8 +351,11 @@ class LocScaleReparam:
         g_t = g[..., sl]
         out = g.copy()
         out[..., sl] = factor * g_t  # dt_j / dw_j
-        if e.loc_slice is not None:  # dt_j / dloc = m - c_j scale**(m - c_j)
-            out[..., e.loc_slice] += np.sum(g_t * (m - c * factor), axis=-1, keepdims=True)
+        through_loc = g_t * (m - c * factor)  # dt_j / dloc_j = m - c_j scale**(m - c_j)
+        if e.parent is not None:
+            e.parent.add_pullback(phi, through_loc, out)
+        elif e.loc_slice is not None:
+            out[..., e.loc_slice] += np.sum(through_loc, axis=-1, keepdims=True)
         # dt_j / dlog(scale) = (m - c_j) t_j-part, and d log|J| / dlog(scale) = sum (m - c_j)
         shift = self.power * factor * (phi[..., sl] - c * loc)
         through = np.sum(g_t * shift, axis=-1, keepdims=True) + self.power.sum()
@@ -349,8 +364,11 @@ class LocScaleReparam:
 
 
 class LocScaleReparams:
-    """Several :class:`LocScaleReparam` at once (effects on disjoint slots, whose ``loc`` and
-    ``scale`` are no other effect's slots): the maps commute, the log-Jacobians add up.
+    """Several :class:`LocScaleReparam` at once: the effects on disjoint slots, no effect's
+    slots another's ``loc`` or ``scale``, but an effect may be the parents that another's
+    groups are nested in (``effect.parent``). The maps then run parents first (``to_model``;
+    ``from_model`` children first), so that each reads its ``loc`` in the model's
+    coordinates; the Jacobian stays block triangular and the log-Jacobians add up.
 
     Parameters
     ----------
@@ -360,21 +378,36 @@ class LocScaleReparams:
     Raises
     ------
     ValueError
-        Where one effect's slots overlap another's effect, loc or scale slots.
+        Where one effect's slots overlap another's effect, loc or scale slots, or parents
+        nest in a cycle.
     """
 
     def __init__(self, reparams: Sequence[LocScaleReparam]):
         self.reparams = list(reparams)
+        slots = [_slots(r.effect.effect_slice) for r in self.reparams]
         for i, r in enumerate(self.reparams):
-            mine = set(range(r.effect.effect_slice.start, r.effect.effect_slice.stop))
             for j, other in enumerate(self.reparams):
                 e = other.effect
                 used = [e.scale_slice, e.loc_slice] + ([e.effect_slice] if i != j else [])
-                theirs = {k for s in used if s is not None for k in range(s.start, s.stop)}
-                if mine & theirs:
+                if slots[i] & set().union(*(_slots(s) for s in used if s is not None)):
                     raise ValueError(
                         f"Effects {r.effect.name!r} and {e.name!r} share entries of theta."
                     )
+        #: ``feeds[i]``: the effects nested in effect ``i`` (whose ``loc`` reads its slots)
+        self._feeds = [
+            {
+                j
+                for j, o in enumerate(self.reparams)
+                if o.effect.parent is not None and slots[i] & o.effect.parent.slots()
+            }
+            for i in range(len(self.reparams))
+        ]
+        self._order = _parents_first(self._feeds)
+
+    @property
+    def parents_first(self) -> list[int]:
+        """Indices of :attr:`reparams`, each effect before those nested in it."""
+        return list(self._order)
 
     def key(self) -> bytes:
         """A key of the current centredness (a layer's MAP and fits depend on it)."""
@@ -383,15 +416,15 @@ class LocScaleReparams:
     def to_model(self, phi: np.ndarray) -> np.ndarray:
         """``theta`` at ``phi``."""
         out = np.asarray(phi, dtype=np.float64)
-        for r in self.reparams:
-            out = r.to_model(out)
+        for i in self._order:
+            out = self.reparams[i].to_model(out)
         return out
 
     def from_model(self, theta: np.ndarray) -> np.ndarray:
         """``phi`` at ``theta``."""
         out = np.asarray(theta, dtype=np.float64)
-        for r in self.reparams:
-            out = r.from_model(out)
+        for i in reversed(self._order):
+            out = self.reparams[i].from_model(out)
         return out
 
     def log_jacobian(self, phi: np.ndarray) -> float | np.ndarray:
@@ -399,8 +432,15 @@ class LocScaleReparams:
         return sum((r.log_jacobian(phi) for r in self.reparams), 0.0)
 
     def symbolic_effects(self, phi: pt.TensorVariable) -> dict[str, pt.TensorVariable]:
-        """Each effect's value variable name: its value at the symbolic ``phi``."""
-        return {r.effect.effect: r.symbolic_effect(phi) for r in self.reparams}
+        """Each effect's value variable name: its value at the symbolic ``phi`` (parents
+        first; a parent's value is written into the vector its children read)."""
+        out, x = {}, phi
+        for i in self._order:
+            r = self.reparams[i]
+            out[r.effect.effect] = r.symbolic_effect(x)
+            if self._feeds[i]:
+                x = pt.set_subtensor(x[r.effect.effect_slice], out[r.effect.effect])
+        return out
 
     def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
         """``log |det dtheta/dphi|`` at the symbolic ``phi``: the sum over effects."""
@@ -410,10 +450,33 @@ class LocScaleReparams:
         return total
 
     def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
-        """``J' grad_theta + grad log|J|`` (each effect's map reads only slots the others
-        leave unchanged, so the pullbacks compose in any order)."""
-        phi = np.asarray(phi, dtype=np.float64)
+        """``J' grad_theta + grad log|J|``: the maps' pullbacks in the reverse of
+        :meth:`to_model`'s order, each at the vector its map was applied to."""
+        inputs = [np.asarray(phi, dtype=np.float64)]
+        for i in self._order[:-1]:
+            inputs.append(self.reparams[i].to_model(inputs[-1]))
         out = np.asarray(grad_theta, dtype=np.float64)
-        for r in self.reparams:
-            out = r.pullback(phi, out)
+        for i, x in reversed(list(zip(self._order, inputs))):
+            out = self.reparams[i].pullback(x, out)
         return out
+
+
+def _slots(sl: slice) -> set[int]:
+    return set(range(sl.start, sl.stop))
+
+
+def _parents_first(feeds: list[set[int]]) -> list[int]:
+    """An order of the effects with each before those nested in it (``feeds``)."""
+    order, placed = [], set()
+    while len(order) < len(feeds):
+        ready = [
+            i
+            for i in range(len(feeds))
+            if i not in placed
+            and not any(i in feeds[p] for p in range(len(feeds)) if p not in placed)
+        ]
+        if not ready:
+            raise ValueError("The effects' parents nest in a cycle.")
+        order.extend(ready)
+        placed.update(ready)
+    return order

@@ -124,8 +124,8 @@ def sampling_layer(layer: MinibatchModel, reparameterize: bool) -> MinibatchMode
     if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk) <= np.log(BULK_SCALE_RATIO):
         return centred
     start = theta
-    for r, e, c, f in zip(reparams, effects, chosen, fits):
-        r.set_centredness(c)
-        start = bulk_point(e, start, f)
+    for i in reparam.parents_first:  # a nested effect's bulk is about its parents' new point
+        reparams[i].set_centredness(chosen[i])
+        start = bulk_point(effects[i], start, fits[i])
     centred.map_estimate(reparam.from_model(start))  # cached for the step's start
     return centred

@@ -44,6 +44,31 @@ def _variants_model(seed: int = 3) -> pm.Model:
     return model
 
 
+#: each group's parent in ``_nested_model``
+PARENT = np.array([0, 0, 1, 1, 2, 2])
+
+
+def _nested_model(centred: bool, seed: int = 6) -> pm.Model:
+    """Two levels: 6 groups in 3 parents, ``b ~ Normal(mu, tau_b)`` and
+    ``a ~ Normal(b[PARENT], tau_a)`` (centred), or ``b = mu + tau_b z_b`` and
+    ``a = b[PARENT] + tau_a z_a`` (non-centred, Deterministics); 60 Gaussian rows."""
+    rng = np.random.default_rng(seed)
+    group = rng.integers(len(PARENT), size=60)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        tau_b = pm.HalfNormal("tau_b", 1.0)
+        tau_a = pm.HalfNormal("tau_a", 1.0)
+        if centred:
+            b = pm.Normal("b", mu, tau_b, shape=3)
+            a = pm.Normal("a", b[PARENT], tau_a, shape=len(PARENT))
+        else:
+            b = pm.Deterministic("b", mu + tau_b * pm.Normal("z_b", 0.0, 1.0, shape=3))
+            z_a = pm.Normal("z_a", 0.0, 1.0, shape=len(PARENT))
+            a = pm.Deterministic("a", b[PARENT] + tau_a * z_a)
+        pm.Normal("y", mu=a[group], sigma=1.0, observed=rng.standard_normal(60))
+    return model
+
+
 class _Compiled:
     """A model with its effects and its compiled ``logp`` and ``dlogp`` of raveled theta."""
 
@@ -93,7 +118,19 @@ def variants() -> _Compiled:
     return _Compiled(_variants_model())
 
 
-@pytest.fixture(params=["noncentred", "centred", "variants"])
+@pytest.fixture(scope="module")
+def nested_noncentred() -> _Compiled:
+    return _Compiled(_nested_model(False))
+
+
+@pytest.fixture(scope="module")
+def nested_centred() -> _Compiled:
+    return _Compiled(_nested_model(True))
+
+
+@pytest.fixture(
+    params=["noncentred", "centred", "variants", "nested_noncentred", "nested_centred"]
+)
 def compiled(request) -> _Compiled:
     return request.getfixturevalue(request.param)
 
@@ -144,6 +181,37 @@ def test_detects_hard_models(noncentred, centred):
         assert effect.scale_transform == "log"
         assert effect.n_groups == N_GROUPS
         np.testing.assert_array_equal(effect.group_counts(), expected_counts)
+
+
+def test_detects_groups_nested_in_parents(nested_noncentred, nested_centred):
+    """Two levels: the groups' ``loc`` is the parents' effect at each group's parent, a free
+    vector ``b`` (centred) or the non-centred ``mu + tau_b z_b`` (itself an effect).
+
+    Mutation: ``return self.parent(var)`` -> ``return None`` in ``_Layout.loc``: neither
+    form's group effect is found (the non-centred one falls back to ``tau_a z_a`` about 0)."""
+    assert nested_noncentred.names == ["mu", "tau_b_log__", "tau_a_log__", "z_b", "z_a"]
+    parent_b, groups = nested_noncentred.effects
+    assert (parent_b.name, parent_b.loc, parent_b.parent) == ("b", "mu", None)
+    assert (groups.name, groups.effect, groups.centred, groups.loc) == ("a", "z_a", False, None)
+    p = groups.parent
+    assert (p.name, p.values_slice, p.loc_slice, p.scale_slice) == (
+        "b",
+        slice(3, 6),
+        slice(0, 1),
+        slice(1, 2),
+    )
+    np.testing.assert_array_equal(p.index, PARENT)
+    assert nested_centred.names == ["mu", "tau_b_log__", "tau_a_log__", "b", "a"]
+    [groups] = nested_centred.effects
+    assert (groups.name, groups.centred, groups.scale) == ("a", True, "tau_a_log__")
+    p = groups.parent
+    assert (p.values_slice, p.scale_slice) == (slice(3, 6), None)
+    np.testing.assert_array_equal(p.index, PARENT)
+    rng = np.random.default_rng(0)
+    theta = nested_noncentred.random_theta(rng)
+    b = theta[0] + np.exp(theta[1]) * theta[3:6]
+    np.testing.assert_allclose(groups.parent.value(theta), theta[3:6][PARENT])
+    np.testing.assert_allclose(nested_noncentred.effects[1].parent.value(theta), b[PARENT])
 
 
 def test_detects_swapped_inline_and_constant_loc(variants):
@@ -360,6 +428,38 @@ def test_several_effects_compose(variants):
     np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="share entries"):
         LocScaleReparams([LocScaleReparam(b, 0.0), LocScaleReparam(b, 1.0)])
+
+
+def test_nested_effects_compose(nested_noncentred):
+    """The parents' effect and the groups nested in them, given children first: the maps
+    run parents first, so the composition inverts, its log-Jacobian is the numerical
+    log-determinant and its pullback the finite-difference gradient.
+
+    Mutation: ``self._order = _parents_first(self._feeds)`` -> ``list(range(...))`` in
+    ``LocScaleReparams``: the groups read their parents in the sampler's coordinates."""
+    rng = np.random.default_rng(7)
+    parent_b, groups = nested_noncentred.effects
+    both = LocScaleReparams(
+        [
+            LocScaleReparam(groups, rng.uniform(size=groups.n_groups)),
+            LocScaleReparam(parent_b, [1.0, 0.3, 0.8]),
+        ]
+    )
+    assert both.parents_first == [1, 0]
+    theta = nested_noncentred.random_theta(rng)
+    centred_groups = LocScaleReparams(
+        [LocScaleReparam(groups, 1.0), LocScaleReparam(parent_b, [1.0, 0.3, 0.8])]
+    )
+    b = theta[0] + np.exp(theta[1]) * theta[3:6]
+    a = b[PARENT] + np.exp(theta[2]) * theta[6:]
+    np.testing.assert_allclose(centred_groups.from_model(theta)[6:], a)  # w = a at c = 1
+    np.testing.assert_allclose(both.to_model(both.from_model(theta)), theta)
+    phi = both.from_model(theta)
+    _, logdet = np.linalg.slogdet(_numerical_jacobian(both.to_model, phi))
+    np.testing.assert_allclose(both.log_jacobian(phi), logdet, atol=1e-7)
+    grad = both.pullback(phi, nested_noncentred.dlogp(both.to_model(phi)))
+    numerical = _numerical_jacobian(_phi_logp(nested_noncentred, both), phi, step=1e-5)
+    np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
 
 
 def test_density_in_phi_keeps_normalisation(noncentred):

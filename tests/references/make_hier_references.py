@@ -32,6 +32,7 @@ from hard_models import (  # noqa: E402
     make_big_hier_logistic_data,
     make_crossed_ratings_data,
     make_hier_poisson_data,
+    make_two_level_logistic_data,
 )
 
 DRAWS, TUNE, CHAINS, TARGET_ACCEPT = 2500, 1000, 4, 0.9
@@ -99,11 +100,31 @@ def crossed_ratings() -> tuple[pm.Model, dict[str, str]]:
     return model, names | {"r": "r", "z_r": "zr", "i": "i", "z_i": "zi"}
 
 
+def two_level_logistic() -> tuple[pm.Model, dict[str, str]]:
+    """``two_level_logistic``; groups ``h_j = 0.05 n_j`` (``p (1 - p) ~ 0.2``,
+    ``tau_a^2 ~ 0.25``); regions ``h_r = 0.49 sum_j 1 / (0.25 + 1 / (0.2 n_j))`` over the
+    region's groups (``tau_b^2 ~ 0.49``)."""
+    group, region, X, y = make_two_level_logistic_data()
+    counts = np.bincount(group, minlength=len(region))
+    per_group = 1.0 / (0.25 + 1.0 / (0.2 * counts))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau_b = pm.HalfNormal("tau_b", 1.0)
+        tau_a = pm.HalfNormal("tau_a", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        b = partially_centred("b", mu, tau_b, 0.49 * np.bincount(region, weights=per_group))
+        a = partially_centred("a", b[region], tau_a, 0.05 * counts)
+        pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
+    names = {"mu": "mu", "tau_b": "tau_b", "tau_a": "tau_a", "slope": "slope"}
+    return model, names | {"b": "b", "z_b": "z_b", "a": "a", "z_a": "z_a"}
+
+
 #: name: (builder returning the model and {variable in it: name in the reference}, seed)
 MODELS = {
     "big_hier_logistic": (big_hier_logistic, 108),
     "hier_poisson": (hier_poisson, 109),
     "crossed_ratings": (crossed_ratings, 110),
+    "two_level_logistic": (two_level_logistic, 111),
 }
 
 
@@ -117,6 +138,7 @@ def main(name: str) -> None:
             tune=TUNE,
             chains=CHAINS,
             cores=1,
+            nuts_sampler="pymc",
             target_accept=TARGET_ACCEPT,
             random_seed=seed,
             progressbar=False,
@@ -126,7 +148,7 @@ def main(name: str) -> None:
     out, min_ess = {}, math.inf
     for var, key in names.items():
         draws = post[var].values
-        is_scale = var in ("tau", "s_r", "s_i", "sigma")
+        is_scale = var in ("tau", "s_r", "s_i", "sigma", "tau_a", "tau_b")
         out |= summaries(f"{key}_log__" if is_scale else key, np.log(draws) if is_scale else draws)
         ess = az.ess(az.from_dict({"posterior": {"x": draws}}), method="bulk")["x"].values
         min_ess = min(min_ess, float(np.min(ess)))

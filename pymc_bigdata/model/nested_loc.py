@@ -1,0 +1,109 @@
+"""A group effect's ``loc`` that is another group effect: groups nested in parents.
+
+In a two-level hierarchy the group effects' ``loc`` is a vector read through each group's
+parent ``k_j``::
+
+    a_j ~ Normal(b[k_j], scale)            (centred)
+    a = b[k] + scale * z                    (non-centred)
+
+where the parents' effects ``b`` are a free vector (``b ~ Normal(mu, tau_b)``, the centred
+form) or ``b = loc_b + scale_b * z_b`` with a standard-normal free vector ``z_b`` (the
+non-centred form). :class:`ParentLoc` is that ``loc_j = b[k_j]`` as a function of the
+raveled value vector ``x``, in numpy (with its vector-Jacobian product) and in PyTensor, so
+that :class:`~pymc_bigdata.model.reparam.LocScaleReparam` can centre the groups about their
+parents as it centres one-level groups about a scalar ``loc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor.tensor as pt
+
+__all__ = ["ParentLoc", "log_scale_of"]
+
+
+def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """``log(scale)`` and its derivative in the scale's value: the value itself (``"log"``,
+    derivative 1) or ``log |value|`` (no transform, derivative ``1 / value``)."""
+    if transform == "log":
+        return value, np.ones_like(value)
+    return np.log(np.abs(value)), 1.0 / value
+
+
+@dataclass(frozen=True, eq=False)
+class ParentLoc:
+    """``loc_j = b[k_j]``: the parents' effects ``b`` read at each group's parent ``k_j``.
+
+    Attributes
+    ----------
+    name : str
+        The parents' effect (the free vector ``b``, or the ``pm.Deterministic`` holding
+        ``loc_b + scale_b * z_b``).
+    values_slice : slice
+        The entries of ``x`` the parents' effects are made of: ``b`` itself, or ``z_b``.
+    index : ndarray of int, shape (J,)
+        ``k_j``, each group's parent.
+    loc_slice : slice or None
+        ``loc_b``'s entry (size 1) where ``b = loc_b + scale_b * z_b`` with a free
+        ``loc_b``; None where ``loc_b`` is :attr:`loc_value` or ``b`` is free.
+    loc_value : float
+        A constant ``loc_b``.
+    scale_slice : slice or None
+        ``scale_b``'s entry (size 1); None where ``b`` is the free vector itself.
+    scale_transform : str or None
+        ``"log"`` where ``scale_b``'s value is its log.
+    """
+
+    name: str
+    values_slice: slice
+    index: np.ndarray
+    loc_slice: slice | None = None
+    loc_value: float = 0.0
+    scale_slice: slice | None = None
+    scale_transform: str | None = None
+
+    def slots(self) -> set[int]:
+        """The entries of ``x`` that ``loc`` reads."""
+        used = [self.values_slice, self.loc_slice, self.scale_slice]
+        return {k for s in used if s is not None for k in range(s.start, s.stop)}
+
+    def _parent_loc(self, x: np.ndarray) -> np.ndarray:
+        if self.loc_slice is None:
+            return np.full(x.shape[:-1] + (1,), self.loc_value)
+        return x[..., self.loc_slice]
+
+    def value(self, x: np.ndarray) -> np.ndarray:
+        """``loc_j`` at ``x`` (shape ``(..., d)``), shape ``(..., J)``."""
+        values = x[..., self.values_slice]
+        if self.scale_slice is not None:
+            log_scale = log_scale_of(x[..., self.scale_slice], self.scale_transform)[0]
+            values = self._parent_loc(x) + np.exp(log_scale) * values
+        return values[..., self.index]
+
+    def symbolic(self, x: pt.TensorVariable) -> pt.TensorVariable:
+        """``loc_j`` at the symbolic vector ``x``, shape (J,)."""
+        values = x[self.values_slice]
+        if self.scale_slice is not None:
+            value = x[self.scale_slice][0]
+            scale = pt.exp(value) if self.scale_transform == "log" else pt.abs(value)
+            loc = self.loc_value if self.loc_slice is None else x[self.loc_slice][0]
+            values = loc + scale * values
+        return values[self.index]
+
+    def add_pullback(self, x: np.ndarray, cotangent: np.ndarray, out: np.ndarray) -> None:
+        """Add ``(d loc / d x)' cotangent`` to ``out`` (both ``(..., d)``; ``cotangent`` is
+        ``(..., J)``)."""
+        per_parent = np.zeros(x.shape[:-1] + (self.values_slice.stop - self.values_slice.start,))
+        np.add.at(per_parent, (..., self.index), cotangent)
+        if self.scale_slice is None:
+            out[..., self.values_slice] += per_parent
+            return
+        log_scale, d_log_scale = log_scale_of(x[..., self.scale_slice], self.scale_transform)
+        scale = np.exp(log_scale)
+        out[..., self.values_slice] += scale * per_parent
+        through_scale = np.sum(per_parent * x[..., self.values_slice], axis=-1, keepdims=True)
+        out[..., self.scale_slice] += d_log_scale * scale * through_scale
+        if self.loc_slice is not None:
+            out[..., self.loc_slice] += np.sum(per_parent, axis=-1, keepdims=True)
