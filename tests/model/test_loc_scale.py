@@ -128,9 +128,7 @@ def nested_centred() -> _Compiled:
     return _Compiled(_nested_model(True))
 
 
-@pytest.fixture(
-    params=["noncentred", "centred", "variants", "nested_noncentred", "nested_centred"]
-)
+@pytest.fixture(params=["noncentred", "centred", "variants", "nested_noncentred", "nested_centred"])
 def compiled(request) -> _Compiled:
     return request.getfixturevalue(request.param)
 
