@@ -4,7 +4,7 @@ For each model with an exact reference (``tests/references/<name>.npz``: long NU
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
 defaults of ``pmbd.SGHMC()``, ``pmbd.SGLD()`` and ``pmbd.SBPS()`` (``--samplers`` picks others:
 ``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``, and HMC-ECS with its Taylor space
-forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``; on the
+forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``, ``HMCECS-parameters``; on the
 SBPS paper's logistic regression every sampler but these three runs, with ``pmbd.pSBPS()``
 and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
@@ -96,6 +96,7 @@ SAMPLERS = {
         pmbd.HMCECS, taylor_space="likelihood_inputs", subsample_size=1000
     ),
     "HMCECS-signed-parameters": partial(pmbd.HMCECS, estimator="signed", taylor_space="parameters"),
+    "HMCECS-parameters": partial(pmbd.HMCECS, taylor_space="parameters"),
     "EWSG": pmbd.EWSG,
     "AusterityMH": pmbd.AusterityMH,
     # the paper's plain test on the paper's random walk, with our tuning and preconditioner
@@ -110,6 +111,7 @@ FORCED_SPACE = {
     "HMCECS-inputs",
     "HMCECS-inputs-m1000",
     "HMCECS-signed-parameters",
+    "HMCECS-parameters",
     "AusterityMH-plain",
 }
 #: models on which every sampler of SAMPLERS (but FORCED_SPACE) runs by default

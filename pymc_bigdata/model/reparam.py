@@ -405,6 +405,11 @@ class LocScaleReparams:
         self._order = _parents_first(self._feeds)
 
     @property
+    def moves_coordinates(self) -> bool:
+        """Whether some group is sampled at another centredness than the model's own."""
+        return any(np.any(r.centredness != r.effect.model_centredness) for r in self.reparams)
+
+    @property
     def parents_first(self) -> list[int]:
         """Indices of :attr:`reparams`, each effect before those nested in it."""
         return list(self._order)

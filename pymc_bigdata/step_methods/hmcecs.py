@@ -106,7 +106,8 @@ class HMCECS(SubsamplingStep):
         per-row log-likelihood reads, e.g. the group effects ``a = mu + tau * z`` of a
         non-centred model; :mod:`pymc_bigdata.model.likelihood_inputs`) or ``"auto"`` (default):
         for the signed estimator, in tuning, the one whose residuals vary less at the recent
-        draws; for the perturbed one, the parameters (``AUTO_SPACE_ESTIMATORS``).  The stat
+        draws; for the perturbed one, the parameters, or the inputs where the step samples
+        group effects re-centred (``AUTO_SPACE_ESTIMATORS``, ``RECENTRED_SPACE``).  The stat
         ``taylor_inputs`` records the choice.  Both give unbiased estimators; they differ only
         where ``phi`` is a nonlinear function of ``theta``.
     census

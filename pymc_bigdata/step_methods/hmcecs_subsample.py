@@ -94,8 +94,9 @@ class SubsampleTuner:
         self.signed = estimator == "signed"
         self.taylor_order, self.minibatch = taylor_order, minibatch
         #: the Taylor spaces to choose between
+        recentred = layer.reparam is not None and layer.reparam.moves_coordinates
         self.spaces = candidate_spaces(
-            given_space, estimator, taylor_order, layer.likelihood_inputs
+            given_space, estimator, taylor_order, layer.likelihood_inputs, recentred
         )
         #: ``m`` (perturbed) or ``lambda``, ``a`` (signed) given: only the space is chosen
         self.fixed = (given.products if self.signed else given.subsample_size) is not None
@@ -104,7 +105,7 @@ class SubsampleTuner:
         self.min_subsample = min(n_rows, max(MIN_SUBSAMPLE, given.blocks or 0))
         #: the settings a chain starts from
         self.start = SubsampleSettings(
-            "parameters" if given_space == "auto" else given_space,
+            self.spaces[0] if given_space == "auto" else given_space,
             given.subsample_size or min(1000, n_rows),
             given.products or 1,
             given_lower_bound if given_lower_bound is not None else -1.0,
