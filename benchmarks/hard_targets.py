@@ -4,8 +4,9 @@ For each model with an exact reference (``tests/references/<name>.npz``: long NU
 importance sampling; the 1,000-group regression's analytic posterior), samples with the
 defaults of ``pmbd.SGHMC()``, ``pmbd.SGLD()`` and ``pmbd.SBPS()`` (``--samplers`` picks others:
 ``HMCECS``, ``HMCECS-signed``, ``EWSG``, ``AusterityMH``, and HMC-ECS with its Taylor space
-forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``, ``HMCECS-parameters``; on the
-SBPS paper's logistic regression every sampler but these three runs, with ``pmbd.pSBPS()``
+forced, ``HMCECS-inputs``, ``HMCECS-inputs-m1000``, ``HMCECS-signed-parameters``,
+``HMCECS-parameters``; on the SBPS paper's logistic regression every sampler but these runs,
+with ``pmbd.pSBPS()``
 and the paper's own ``pSBPS(**pSBPS.PAPER_SETTINGS)``)
 and ``pm.sample``'s defaults (1000 tune, 1000 draws, 2 chains, ``cores=1``) and reports, in
 the samplers' unconstrained coordinates: max |mean error| / reference sd, the range of sd
