@@ -172,7 +172,10 @@ def test_unknown_space_is_refused():
 def test_signed_auto_picks_the_inputs_of_a_noncentred_model():
     """On a non-centred model the expansion in the group effects varies far less over the
     posterior than the one in ``(mu, tau, z)``: ``"auto"`` picks it (stat ``taylor_inputs``);
-    the perturbed estimator keeps the parameters (``AUTO_SPACE_ESTIMATORS``)."""
+    the perturbed estimator keeps the parameters (``AUTO_SPACE_ESTIMATORS``) in the model's
+    own coordinates, and expands in the inputs where its groups are re-centred
+    (``RECENTRED_SPACE``). Mutation: ``recentred = ...`` -> ``recentred = False`` in
+    ``SubsampleTuner``: the re-centred perturbed run keeps the parameters."""
     model = _noncentred_model(n_groups=6, n_rows=2000)
     layer = pmbd.MinibatchModel(model)
     with model:
@@ -182,5 +185,9 @@ def test_signed_auto_picks_the_inputs_of_a_noncentred_model():
         own = {"layer": layer, "reparameterize": False}
         signed = pm.sample(step=pmbd.HMCECS(estimator="signed", **own), **kwargs)
         perturbed = pm.sample(step=pmbd.HMCECS(**own), **kwargs)
+        step = pmbd.HMCECS()
+        recentred = pm.sample(step=step, **kwargs)
     assert bool(signed.sample_stats["taylor_inputs"].values[0, -1])
     assert not perturbed.sample_stats["taylor_inputs"].values.any()
+    assert step.layer.reparam.moves_coordinates
+    assert recentred.sample_stats["taylor_inputs"].values.all()
