@@ -61,8 +61,8 @@ AUTO_SPACE_ESTIMATORS = ("signed",)
 #: centred group, and a second-order expansion in the parameters carries its curvature into
 #: the residuals, heavy-tailed there (kurtosis 600-3,700 on the two-level hierarchy, the
 #: 100-row sigma_hat^2 four times below the pool's). Measured at seed 2026
-#: (benchmarks/results/hard_targets_hmcecs_recentred.md): max error over the 8 re-centred
-#: hierarchies 0.416 sd in the parameters, 0.126 in the inputs
+#: (benchmarks/results/hard_targets_hmcecs_recentred_{a,b}.md): max error over the 8
+#: re-centred hierarchies 0.416 sd in the parameters, 0.126 in the inputs
 RECENTRED_SPACE = "likelihood_inputs"
 
 #: the recent tuning draws at which ``taylor_space="auto"`` compares the two expansions
