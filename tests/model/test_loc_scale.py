@@ -405,6 +405,18 @@ def test_pullback_is_gradient_of_phi_density(compiled):
             np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
 
 
+def _assert_composition(compiled: _Compiled, both: LocScaleReparams, theta: np.ndarray) -> None:
+    """The composition inverts at ``theta``; its log-Jacobian is the numerical
+    log-determinant and its pullback the finite-difference gradient of the density in phi."""
+    np.testing.assert_allclose(both.to_model(both.from_model(theta)), theta)
+    phi = both.from_model(theta)
+    _, logdet = np.linalg.slogdet(_numerical_jacobian(both.to_model, phi))
+    np.testing.assert_allclose(both.log_jacobian(phi), logdet, atol=1e-7)
+    grad = both.pullback(phi, compiled.dlogp(both.to_model(phi)))
+    numerical = _numerical_jacobian(_phi_logp(compiled, both), phi, step=1e-5)
+    np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
+
+
 def test_several_effects_compose(variants):
     """Both effects of the variants model at once: inverse, log-Jacobian and pullback of the
     composition; overlapping effects are refused.
@@ -416,14 +428,7 @@ def test_several_effects_compose(variants):
     both = LocScaleReparams(
         [LocScaleReparam(b, rng.uniform(size=b.n_groups)), LocScaleReparam(c, [1, 0, 1, 0])]
     )
-    theta = variants.random_theta(rng)
-    np.testing.assert_allclose(both.to_model(both.from_model(theta)), theta)
-    phi = both.from_model(theta)
-    _, logdet = np.linalg.slogdet(_numerical_jacobian(both.to_model, phi))
-    np.testing.assert_allclose(both.log_jacobian(phi), logdet, atol=1e-7)
-    grad = both.pullback(phi, variants.dlogp(both.to_model(phi)))
-    numerical = _numerical_jacobian(_phi_logp(variants, both), phi, step=1e-5)
-    np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
+    _assert_composition(variants, both, variants.random_theta(rng))
     with pytest.raises(ValueError, match="share entries"):
         LocScaleReparams([LocScaleReparam(b, 0.0), LocScaleReparam(b, 1.0)])
 
@@ -451,13 +456,7 @@ def test_nested_effects_compose(nested_noncentred):
     b = theta[0] + np.exp(theta[1]) * theta[3:6]
     a = b[PARENT] + np.exp(theta[2]) * theta[6:]
     np.testing.assert_allclose(centred_groups.from_model(theta)[6:], a)  # w = a at c = 1
-    np.testing.assert_allclose(both.to_model(both.from_model(theta)), theta)
-    phi = both.from_model(theta)
-    _, logdet = np.linalg.slogdet(_numerical_jacobian(both.to_model, phi))
-    np.testing.assert_allclose(both.log_jacobian(phi), logdet, atol=1e-7)
-    grad = both.pullback(phi, nested_noncentred.dlogp(both.to_model(phi)))
-    numerical = _numerical_jacobian(_phi_logp(nested_noncentred, both), phi, step=1e-5)
-    np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
+    _assert_composition(nested_noncentred, both, theta)
 
 
 def test_density_in_phi_keeps_normalisation(noncentred):
