@@ -22,6 +22,7 @@ from pytensor.graph.replace import graph_replace, vectorize_graph
 
 from pymc_bigdata.errors import ModelNotSupportedError, StaleDataError
 from pymc_bigdata.loo_checks import SAMPLE_DIMS, as_dataset, check_budget, checked_rows
+from pymc_bigdata.model.compiled import strict_floats
 from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = ["TRANSFORM_MODE", "RowTerms", "model_and_layer", "row_dim"]
@@ -159,10 +160,10 @@ class RowTerms:
         flat = pt.concatenate(
             [pt.cast(o.reshape((o.shape[0], -1)), "float64") for o in outputs], axis=1
         )
-        fn = pytensor.function(
-            list(batched.values()), flat, mode=TRANSFORM_MODE, on_unused_input="ignore"
-        )
-        return fn
+        with strict_floats():
+            return pytensor.function(
+                list(batched.values()), flat, mode=TRANSFORM_MODE, on_unused_input="ignore"
+            )
 
     # ------------------------------------------------------------------ terms
     def terms(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
