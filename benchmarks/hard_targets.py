@@ -68,6 +68,9 @@ MODELS = {
     # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
     "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
     "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
+    # 22,646 rows, 22 groups in 12 regions, 9 of them data-poor (1-2 groups of 3-8 rows)
+    "sparse_regions_noncentred": (lambda: hm.sparse_regions(centred=False), None),
+    "sparse_regions_centred": (lambda: hm.sparse_regions(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -80,6 +83,8 @@ REFERENCE_FILE = {
     "crossed_ratings_centred": "crossed_ratings",
     "two_level_logistic_noncentred": "two_level_logistic",
     "two_level_logistic_centred": "two_level_logistic",
+    "sparse_regions_noncentred": "sparse_regions",
+    "sparse_regions_centred": "sparse_regions",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

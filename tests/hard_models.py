@@ -391,6 +391,65 @@ def two_level_logistic(centred: bool, seed: int = 11) -> pm.Model:
     return two_level_logistic_model(group, region, X, y, centred=centred)
 
 
+def make_sparse_regions_data(
+    rich_regions: int = 3, poor_regions: int = 9, seed: int = 12
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two levels where most regions are data-poor: ``rich_regions`` regions of 3 groups of
+    1,000 to 4,000 rows, then ``poor_regions`` regions of 1 or 2 groups of 3 to 8 rows
+    (rows in group order). True ``b ~ Normal(0.5, 0.4)``, ``a ~ Normal(b[region], 0.3)``,
+    slope 0.7 on one standard-normal covariate, residual sd 1.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    region : ndarray of int, shape (n_groups,)
+    x : ndarray, shape (n_rows,)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    per_region = [3] * rich_regions + list(rng.integers(1, 3, poor_regions))
+    region = np.repeat(np.arange(len(per_region)), per_region)
+    rich = region < rich_regions
+    sizes = np.where(rich, rng.integers(1000, 4001, len(region)), rng.integers(3, 9, len(region)))
+    group = np.repeat(np.arange(len(region)), sizes)
+    b = 0.5 + 0.4 * rng.standard_normal(len(per_region))
+    a = b[region] + 0.3 * rng.standard_normal(len(region))
+    x = rng.standard_normal(len(group))
+    y = a[group] + 0.7 * x + rng.standard_normal(len(group))
+    return group, region, x, y
+
+
+def sparse_regions_model(
+    group: np.ndarray, region: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """``y ~ Normal(a[group] + slope x, sigma)`` with groups nested in regions, written as
+    ``two_level_logistic_model`` writes them (``mu ~ Normal(0, 2)``,
+    ``tau_b, tau_a ~ HalfNormal(1)``, ``slope ~ Normal(0, 2)``, ``sigma ~ HalfNormal(2)``).
+    Centred, the data-poor regions make a funnel in ``(tau_b, b)``."""
+    n_regions, n_groups = int(region.max()) + 1, len(region)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau_b = pm.HalfNormal("tau_b", 1.0)
+        tau_a = pm.HalfNormal("tau_a", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        if centred:
+            b = pm.Normal("b", mu, tau_b, shape=n_regions)
+            a = pm.Normal("a", b[region], tau_a, shape=n_groups)
+        else:
+            z_b = pm.Normal("z_b", 0.0, 1.0, shape=n_regions)
+            b = pm.Deterministic("b", mu + tau_b * z_b)
+            z_a = pm.Normal("z_a", 0.0, 1.0, shape=n_groups)
+            a = pm.Deterministic("a", b[region] + tau_a * z_a)
+        pm.Normal("y", a[group] + slope * x, sigma, observed=y)
+    return model
+
+
+def sparse_regions(centred: bool, seed: int = 12) -> pm.Model:
+    """The two-level hierarchy with data-poor regions (see ``sparse_regions_model``)."""
+    return sparse_regions_model(*make_sparse_regions_data(seed=seed), centred=centred)
+
+
 # ---------------------------------------------------------------------------------------------
 # d3. crossed random effects: thousands of raters x thousands of items, 20 ratings each
 

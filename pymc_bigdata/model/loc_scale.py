@@ -29,7 +29,7 @@ simply not reported). The bijection (1)-(3) is in :mod:`pymc_bigdata.model.repar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +97,9 @@ class LocScaleEffect:
     parent : ParentLoc or None
         Groups nested in parents: ``loc_j = b[k_j]``, another effect read at each group's
         parent (:mod:`pymc_bigdata.model.nested_loc`); None for a scalar or constant ``loc``.
+    children : str or None
+        The effect of that name nests in this one (its ``loc`` is ``b[k]``, :attr:`group`
+        is ``k``) and is the likelihood's only read of it (``group_fit.fit_parent``).
     """
 
     name: str
@@ -113,6 +116,7 @@ class LocScaleEffect:
     group_var: Variable | None = field(default=None, repr=False)
     indexed_only: bool = False
     parent: ParentLoc | None = None
+    children: str | None = None
 
     @property
     def n_groups(self) -> int:
@@ -155,7 +159,9 @@ def find_loc_scale_effects(
     untransformed free variable of size 1, a constant, or another effect read at each
     group's parent, ``b[k]`` with a constant integer vector ``k`` of one entry per group
     (two levels: ``b`` a sampled untransformed free vector, or ``loc_b + scale_b * z_b`` as
-    above). Other shapes, priors, transforms or held variables give no record.
+    above). Other shapes, priors, transforms or held variables give no record. A parents'
+    ``b`` read only through the groups' ``loc`` is reported with ``children`` set: the
+    non-centred one above, or a free vector ``b ~ Normal(loc_b, scale_b)`` (centred).
 
     Parameters
     ----------
@@ -197,8 +203,38 @@ def find_loc_scale_effects(
         record = layout.record(rv.name, True, rv, *match, _group_index(rv, read))
         if record is not None:
             found[rv] = record
+    _mark_parents(found, layout, read)
     order = {v: i for i, v in enumerate(value_vars)}
     return sorted(found.values(), key=lambda e: order[layout.value_of[e.effect]])
+
+
+def _mark_parents(found: dict[Variable, LocScaleEffect], layout: _Layout, read: set) -> None:
+    """Mark each found effect's parents' effect ``b`` with ``children``: a non-centred ``b``
+    found above (read only through its children's ``loc``), or a free vector
+    ``b ~ Normal(loc, scale)`` the likelihood does not read (centred). A ``b`` that two
+    effects nest in is left as it was found."""
+    before, claimed = dict(found), set()
+    for child in before.values():
+        parent = child.parent
+        rv = None if parent is None else layout.rv_at(parent.values_slice)
+        if rv in claimed:
+            found.pop(rv, None)
+            found.update({rv: before[rv]} if rv in before else {})
+        if rv is None or rv in claimed:
+            continue
+        claimed.add(rv)
+        if rv in found:
+            record = found[rv]
+            if record.indexed_only and len(getattr(record.group, "shape", ())) == 1:
+                if len(record.group) == len(parent.index):
+                    found[rv] = replace(record, group=parent.index, children=child.name)
+            continue
+        match = _match_centred(rv, layout) if parent.scale_slice is None else None
+        if match is None or rv in read or isinstance(match[0], ParentLoc):
+            continue
+        record = layout.record(rv.name, True, rv, *match, _GroupIndex(parent.index, None, True))
+        if record is not None:
+            found[rv] = replace(record, children=child.name)
 
 
 class _Layout:
@@ -216,6 +252,13 @@ class _Layout:
             self.slices[var] = slice(start, start + size)
             self.value_of[var.name] = var
             start += size
+
+    def rv_at(self, values_slice: slice) -> Variable | None:
+        """The free variable whose value fills ``values_slice`` of ``theta``."""
+        for value, sl in self.slices.items():
+            if sl == values_slice:
+                return self.model.values_to_rvs[value]
+        return None
 
     def transform(self, rv: Variable):
         return self.model.rvs_to_transforms.get(rv)

@@ -7,7 +7,7 @@ non-centred form, a data-poor group makes the centred form a funnel. With
 ``reparameterize="auto"`` (the default) a step samples each effect in coordinates centred
 per group by how much its rows say about it (:func:`~pymc_bigdata.model.reparam.
 choose_centredness`, from each group's curvature at the model's MAP and the scale of the
-posterior's bulk, :func:`~pymc_bigdata.model.reparam.fit_groups`), through a layer of the
+posterior's bulk, :func:`~pymc_bigdata.model.group_fit.fit_groups`), through a layer of the
 same model in those coordinates (:meth:`~pymc_bigdata.MinibatchModel.reparameterised`); the
 draws are mapped back to the model's own variables, so the user's model and the result's
 variables are unchanged.
@@ -20,16 +20,10 @@ import warnings
 
 import numpy as np
 
+from pymc_bigdata.model.group_fit import GroupFit, bulk_point, fit_groups, fit_parent, scale_at
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.model.reparam import (
-    LocScaleReparam,
-    LocScaleReparams,
-    bulk_point,
-    choose_centredness,
-    fit_groups,
-    scale_at,
-)
+from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams, choose_centredness
 
 __all__ = [
     "BULK_SCALE_RATIO",
@@ -46,7 +40,7 @@ __all__ = [
 REPARAM_MIN_CHANGE = 0.25
 
 #: ... and unless the scale at the model's MAP is off the bulk's (the mode of its marginal
-#: posterior, :func:`~pymc_bigdata.model.reparam.fit_groups`) by more than this factor: a
+#: posterior, :func:`~pymc_bigdata.model.group_fit.fit_groups`) by more than this factor: a
 #: centred model's MAP search can end where the scale and the effects collapse together
 BULK_SCALE_RATIO = 2.0
 
@@ -74,7 +68,31 @@ def loc_scale_effects(layer: MinibatchModel) -> list[LocScaleEffect]:
     """The layer's loc-scale effects that the centring rule can measure (read only as
     ``a[g]``), without their row data (a step pickles them)."""
     effects = find_loc_scale_effects(layer.model, layer.value_vars)
-    return [dataclasses.replace(e, group=None, group_var=None) for e in effects if e.indexed_only]
+    return [
+        dataclasses.replace(e, group=None, group_var=None)
+        for e in effects
+        if e.indexed_only or e.children is not None
+    ]
+
+
+def _fit_effects(
+    effects: list[LocScaleEffect], layer: MinibatchModel, theta: np.ndarray, parents_first
+) -> list[GroupFit]:
+    """Each effect's :func:`~pymc_bigdata.model.group_fit.fit_groups` at ``theta``, children
+    first: a parents' effect is read from its groups' fit
+    (:func:`~pymc_bigdata.model.group_fit.fit_parent`)."""
+    fits: dict[int, GroupFit] = {}
+    names = {e.name: i for i, e in enumerate(effects)}
+    for i in reversed(list(parents_first)):
+        effect = effects[i]
+        child = names.get(effect.children) if effect.children is not None else None
+        if child is not None:
+            fits[i] = fit_parent(effect, theta, effects[child], fits[child], layer.prior_logp)
+        else:
+            fits[i] = fit_groups(
+                effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
+            )
+    return [fits[i] for i in range(len(effects))]
 
 
 def _snapped(centredness: np.ndarray) -> np.ndarray:
@@ -88,14 +106,14 @@ def sampling_layer(layer: MinibatchModel, reparameterize: bool) -> MinibatchMode
     ``layer`` itself unless ``reparameterize`` and the (continuous, held-variable free)
     model has loc-scale effects. Then a layer of the model in per-group centred coordinates,
     built once, its centredness a shared input: first the model's own (its MAP is the
-    model's). From that MAP, :func:`~pymc_bigdata.model.reparam.fit_groups` reads each
+    model's). From that MAP, :func:`~pymc_bigdata.model.group_fit.fit_groups` reads each
     group's curvature and data estimate and the scale of the posterior's bulk (a joint
     MAP's scale is inflated when the model is written non-centred and can collapse when
     centred), and :func:`~pymc_bigdata.model.reparam.choose_centredness` gives ``c_j``. The
     model's coordinates are kept where no group moves by more than ``REPARAM_MIN_CHANGE``
     and the MAP's scale is within ``BULK_SCALE_RATIO`` of the bulk's; otherwise the layer
     moves to ``c_j`` and its MAP is searched from the bulk's point
-    (:func:`~pymc_bigdata.model.reparam.bulk_point`). Costs: no second compile; two
+    (:func:`~pymc_bigdata.model.group_fit.bulk_point`). Costs: no second compile; two
     full-data passes per effect and, where the coordinates change, a second MAP search.
     """
     if not reparameterize or layer.reparam is not None or layer.held_vars or layer.discrete:
@@ -112,12 +130,7 @@ def sampling_layer(layer: MinibatchModel, reparameterize: bool) -> MinibatchMode
     if not np.all(np.isfinite(theta)):
         return centred
     with np.errstate(all="ignore"):
-        fits = [
-            fit_groups(
-                e, theta, centred.full_loglik_grad, centred.full_loglik_hvp, centred.prior_logp
-            )
-            for e in effects
-        ]
+        fits = _fit_effects(effects, centred, theta, reparam.parents_first)
     chosen = [_snapped(choose_centredness(f.information)) for f in fits]
     moves = [np.max(np.abs(c - e.model_centredness)) for e, c in zip(effects, chosen)]
     off_bulk = [abs(np.log(scale_at(e, theta) / f.scale)) for e, f in zip(effects, fits)]

@@ -200,7 +200,7 @@ def test_detects_groups_nested_in_parents(nested_noncentred, nested_centred):
     )
     np.testing.assert_array_equal(p.index, PARENT)
     assert nested_centred.names == ["mu", "tau_b_log__", "tau_a_log__", "b", "a"]
-    [groups] = nested_centred.effects
+    centred_b, groups = nested_centred.effects
     assert (groups.name, groups.centred, groups.scale) == ("a", True, "tau_a_log__")
     p = groups.parent
     assert (p.values_slice, p.scale_slice) == (slice(3, 6), None)
@@ -210,6 +210,23 @@ def test_detects_groups_nested_in_parents(nested_noncentred, nested_centred):
     b = theta[0] + np.exp(theta[1]) * theta[3:6]
     np.testing.assert_allclose(groups.parent.value(theta), theta[3:6][PARENT])
     np.testing.assert_allclose(nested_noncentred.effects[1].parent.value(theta), b[PARENT])
+
+
+def test_parents_effects_are_read_through_their_groups(nested_noncentred, nested_centred):
+    """The parents' effect ``b`` is an effect of its own in both forms, marked as read only
+    through its children's ``loc`` (``children``), with each group's parent as its index:
+    written centred (``b ~ Normal(mu, tau_b)``, which the likelihood never reads) it is
+    found only this way.
+
+    Mutation: ``_mark_parents`` returning at once: the centred ``b`` is not found and the
+    non-centred one has no ``children``."""
+    for compiled, centred in ((nested_noncentred, False), (nested_centred, True)):
+        parent_b, groups = compiled.effects
+        assert (parent_b.name, parent_b.centred, parent_b.children) == ("b", centred, "a")
+        assert (parent_b.loc, parent_b.scale, parent_b.parent) == ("mu", "tau_b_log__", None)
+        assert parent_b.effect_slice == groups.parent.values_slice == slice(3, 6)
+        np.testing.assert_array_equal(parent_b.group, PARENT)
+        assert groups.children is None
 
 
 def test_detects_swapped_inline_and_constant_loc(variants):

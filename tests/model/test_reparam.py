@@ -11,6 +11,10 @@ What each test proves (and the one-line mutation of the package it was seen to f
   (each parameterisation's MAP, a point off every mode), the mode of the exact marginal
   posterior of ``log tau`` computed here from the groups' means; :func:`bulk_point` puts
   each effect at its conditional mode given that scale;
+* :func:`fit_parent` finds the parents' scale of a two-level Gaussian model: the mode of
+  the exact marginal posterior of ``log tau_b`` given the groups' scale, computed here from
+  the groups' means with the full covariance of groups sharing a parent, either way the
+  model is written;
 * :func:`choose_centredness` makes the conditional posterior sd of each ``w_j`` stationary in
   ``log tau`` (no funnel, no ridge in the scale) on a Gaussian model, where all-centred and
   all-non-centred coordinates do not;
@@ -26,17 +30,16 @@ import pytest
 from scipy.optimize import minimize
 from scipy.stats import norm
 
-from pymc_bigdata.model.loc_scale import find_loc_scale_effects
-from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.model.reparam import (
-    LocScaleReparam,
-    LocScaleReparams,
+from pymc_bigdata.model.group_fit import (
     bulk_point,
-    choose_centredness,
     fit_groups,
+    fit_parent,
     group_information,
     scale_at,
 )
+from pymc_bigdata.model.loc_scale import find_loc_scale_effects
+from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams, choose_centredness
 
 SIGMA = 1.5
 SIZES = np.array([2, 5, 20, 80, 300])
@@ -143,6 +146,77 @@ def _exact_bulk_scale() -> float:
         return -(np.sum(norm.logpdf(means, mu, sd)) - np.exp(2 * log_tau) / 2 + log_tau)
 
     return float(np.exp(minimize(neg, [0.0, 0.0], method="Nelder-Mead", tol=1e-12).x[1]))
+
+
+PARENT_OF = np.array([0, 0, 1, 1, 1, 2, 3])
+N_PARENTS = 4
+NESTED_SIZES = np.array([3, 40, 6, 200, 15, 4, 900])
+
+
+def _nested_gaussian_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(len(NESTED_SIZES)), NESTED_SIZES)
+    b = 0.4 + 0.7 * rng.standard_normal(N_PARENTS)
+    a = b[PARENT_OF] + 0.5 * rng.standard_normal(len(PARENT_OF))
+    return group, rng.normal(a[group], SIGMA)
+
+
+def _nested_gaussian(centred: bool) -> pm.Model:
+    """``y ~ Normal(a[g], 1.5)``, ``a ~ Normal(b[k], tau_a)``, ``b ~ Normal(mu, tau_b)``."""
+    group, y = _nested_gaussian_data()
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau_b = pm.HalfNormal("tau_b", 1.0)
+        tau_a = pm.HalfNormal("tau_a", 1.0)
+        if centred:
+            b = pm.Normal("b", mu, tau_b, shape=N_PARENTS)
+            a = pm.Normal("a", b[PARENT_OF], tau_a, shape=len(PARENT_OF))
+        else:
+            b = mu + tau_b * pm.Normal("z_b", 0.0, 1.0, shape=N_PARENTS)
+            a = b[PARENT_OF] + tau_a * pm.Normal("z_a", 0.0, 1.0, shape=len(PARENT_OF))
+        pm.Normal("y", a[group], SIGMA, observed=y)
+    return model
+
+
+def _exact_parent_scale(scale_a: float) -> float:
+    """The mode in ``log tau_b`` (``mu`` at its best) of ``p(log tau_b)`` times the density
+    of the groups' means, ``ybar ~ Normal(mu, D + tau_b^2 S)`` with
+    ``D = diag(scale_a^2 + 1.5^2 / n_j)`` and ``S_ij = 1`` where groups share a parent."""
+    group, y = _nested_gaussian_data()
+    means = np.bincount(group, weights=y) / NESTED_SIZES
+    shared = (PARENT_OF[:, None] == PARENT_OF[None, :]).astype(float)
+    diagonal = np.diag(scale_a**2 + SIGMA**2 / NESTED_SIZES)
+
+    def neg(x: np.ndarray) -> float:
+        mu, log_tau = x
+        cov = diagonal + np.exp(2 * log_tau) * shared
+        resid = means - mu
+        _, logdet = np.linalg.slogdet(cov)
+        loglik = -0.5 * (logdet + resid @ np.linalg.solve(cov, resid))
+        return -(loglik - np.exp(2 * log_tau) / 2 + log_tau)
+
+    return float(np.exp(minimize(neg, [0.0, 0.0], method="Nelder-Mead", tol=1e-12).x[1]))
+
+
+@pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
+def test_fit_parent_finds_the_parents_scale_through_the_groups(centred):
+    """The parents' scale is the exact marginal mode given the groups' bulk scale, from the
+    MAP (where the centred model's ``tau_b`` collapses) and from points off every mode.
+
+    Mutations, each seen failing: ``variance = 1 / kappa`` (the groups' spread about their
+    parent left out of ``kappa_k``); no shift of centred children in ``_scale_prior`` (the
+    centred model's scale prior then carries the groups' prior)."""
+    model = _nested_gaussian(centred)
+    layer = MinibatchModel(model)
+    parent, groups = find_loc_scale_effects(model, layer.value_vars)
+    assert parent.children == groups.name
+    spread = np.random.default_rng(1).normal(0.0, 1.0, layer.dim)  # b away from mu
+    for theta in (layer.map_estimate().theta, np.full(layer.dim, 0.2), spread):
+        groups_fit = fit_groups(
+            groups, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
+        )
+        fit = fit_parent(parent, theta, groups, groups_fit, layer.prior_logp)
+        assert fit.scale == pytest.approx(_exact_parent_scale(groups_fit.scale), rel=1e-4)
 
 
 def test_fit_groups_finds_the_bulks_scale_from_any_point(gaussian):

@@ -20,8 +20,9 @@ import pytest
 from hard_models import crossed_ratings_model, make_crossed_ratings_data
 
 import pymc_bigdata as pmbd
+from pymc_bigdata.model.group_fit import fit_groups, scale_at
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.model.reparam import choose_centredness, fit_groups, scale_at
+from pymc_bigdata.model.reparam import choose_centredness
 from pymc_bigdata.step_methods.coordinates import (
     NON_CENTRED_BELOW,
     REPARAM_MIN_CHANGE,
