@@ -95,11 +95,18 @@ class GroupFit(NamedTuple):
     #: ``loc`` (a free one at its weighted mean given :attr:`scale`; one per group where
     #: the groups are nested in parents, held at the point's)
     loc: float | np.ndarray
+    #: the sd of ``log scale``'s marginal posterior, from its curvature at the mode (0 where
+    #: the fit did not run)
+    log_scale_sd: float = 0.0
 
     @property
     def information(self) -> np.ndarray:
         """``h_j = kappa_j scale^2`` at the bulk's scale."""
         return self.kappa * self.scale**2
+
+    def information_below(self, n_sds: float) -> np.ndarray:
+        """``h_j`` at the scale ``n_sds`` posterior sds of ``log scale`` below its mode."""
+        return self.kappa * (self.scale * np.exp(-n_sds * self.log_scale_sd)) ** 2
 
 
 def fit_groups(
@@ -225,7 +232,12 @@ def _bulk_fit(
     if not np.isfinite(best.fun):
         return GroupFit(kappa, estimate, scale, loc)
     fitted_loc = loc if effect.loc_slice is None else loc_given(best.x)
-    return GroupFit(kappa, estimate, float(np.exp(best.x)), fitted_loc)
+    step = 1e-3
+    with np.errstate(all="ignore"):
+        around = [neg_log_posterior(best.x + k * step) for k in (-1.0, 1.0)]
+    curvature = (around[0] + around[1] - 2.0 * best.fun) / step**2
+    sd = float(1.0 / np.sqrt(curvature)) if np.isfinite(curvature) and curvature > 0 else 0.0
+    return GroupFit(kappa, estimate, float(np.exp(best.x)), fitted_loc, sd)
 
 
 def _scale_prior(
