@@ -358,6 +358,18 @@ def make_two_level_logistic_data(
     return group, region, X, y
 
 
+def _nested_effects(region: np.ndarray, mu, tau_b, tau_a, centred: bool):
+    """Region effects ``b`` and group effects ``a`` nested in them (in the model context):
+    ``b ~ Normal(mu, tau_b)``, ``a ~ Normal(b[region], tau_a)`` (centred), or
+    ``b = mu + tau_b z_b``, ``a = b[region] + tau_a z_a`` (non-centred)."""
+    n_regions, n_groups = int(region.max()) + 1, len(region)
+    if centred:
+        b = pm.Normal("b", mu, tau_b, shape=n_regions)
+        return pm.Normal("a", b[region], tau_a, shape=n_groups)
+    b = pm.Deterministic("b", mu + tau_b * pm.Normal("z_b", 0.0, 1.0, shape=n_regions))
+    return pm.Deterministic("a", b[region] + tau_a * pm.Normal("z_a", 0.0, 1.0, shape=n_groups))
+
+
 def two_level_logistic_model(
     group: np.ndarray, region: np.ndarray, X: np.ndarray, y: np.ndarray, *, centred: bool
 ) -> pm.Model:
@@ -367,20 +379,12 @@ def two_level_logistic_model(
     ``a = b[region] + tau_a z_a`` with standard-normal ``z_b``, ``z_a`` (non-centred);
     ``y ~ Bernoulli(logit_p = a[group] + X slope)``. The group effect's ``loc`` is another
     effect, indexed by the group's region."""
-    n_regions, n_groups = int(region.max()) + 1, len(region)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau_b = pm.HalfNormal("tau_b", 1.0)
         tau_a = pm.HalfNormal("tau_a", 1.0)
         slope = pm.Normal("slope", 0.0, 2.0, shape=2)
-        if centred:
-            b = pm.Normal("b", mu, tau_b, shape=n_regions)
-            a = pm.Normal("a", b[region], tau_a, shape=n_groups)
-        else:
-            z_b = pm.Normal("z_b", 0.0, 1.0, shape=n_regions)
-            b = pm.Deterministic("b", mu + tau_b * z_b)
-            z_a = pm.Normal("z_a", 0.0, 1.0, shape=n_groups)
-            a = pm.Deterministic("a", b[region] + tau_a * z_a)
+        a = _nested_effects(region, mu, tau_b, tau_a, centred)
         pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
     return model
 
@@ -426,21 +430,13 @@ def sparse_regions_model(
     ``two_level_logistic_model`` writes them (``mu ~ Normal(0, 2)``,
     ``tau_b, tau_a ~ HalfNormal(1)``, ``slope ~ Normal(0, 2)``, ``sigma ~ HalfNormal(2)``).
     Centred, the data-poor regions make a funnel in ``(tau_b, b)``."""
-    n_regions, n_groups = int(region.max()) + 1, len(region)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau_b = pm.HalfNormal("tau_b", 1.0)
         tau_a = pm.HalfNormal("tau_a", 1.0)
         slope = pm.Normal("slope", 0.0, 2.0)
         sigma = pm.HalfNormal("sigma", 2.0)
-        if centred:
-            b = pm.Normal("b", mu, tau_b, shape=n_regions)
-            a = pm.Normal("a", b[region], tau_a, shape=n_groups)
-        else:
-            z_b = pm.Normal("z_b", 0.0, 1.0, shape=n_regions)
-            b = pm.Deterministic("b", mu + tau_b * z_b)
-            z_a = pm.Normal("z_a", 0.0, 1.0, shape=n_groups)
-            a = pm.Deterministic("a", b[region] + tau_a * z_a)
+        a = _nested_effects(region, mu, tau_b, tau_a, centred)
         pm.Normal("y", a[group] + slope * x, sigma, observed=y)
     return model
 
