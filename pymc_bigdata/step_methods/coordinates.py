@@ -74,13 +74,20 @@ def check_reparameterize(value: bool | str) -> bool:
 
 def loc_scale_effects(layer: MinibatchModel) -> list[LocScaleEffect]:
     """The layer's loc-scale effects that the centring rule can measure (read only as
-    ``a[g]``), without their row data (a step pickles them)."""
+    ``a[g]``), without their row data (a step pickles them). A parents' effect whose groups
+    the rule cannot measure is dropped (centred) or read from its rows (non-centred)."""
     effects = find_loc_scale_effects(layer.model, layer.value_vars)
-    return [
-        dataclasses.replace(e, group=None, group_var=None)
-        for e in effects
-        if e.indexed_only or e.children is not None
-    ]
+    usable = {e.name for e in effects if e.indexed_only}
+    out = []
+    for effect in effects:
+        if effect.name not in usable:
+            continue
+        if effect.children is not None and effect.children not in usable:
+            if effect.centred:  # read only through groups the rule cannot measure
+                continue
+            effect = dataclasses.replace(effect, children=None)  # read from its rows
+        out.append(dataclasses.replace(effect, group=None, group_var=None))
+    return out
 
 
 def _fit_effects(

@@ -5,6 +5,8 @@ What each test proves (and the one-line mutation of the package it was seen to f
 * ``sampling_layer`` re-centres a non-centred model's data-rich groups with the rule's
   centredness at the model's MAP, keeps the model's coordinates where the rule agrees with
   them (data-poor groups) and when asked to (``reparameterize=False``);
+* a regions' effect whose groups the rule cannot measure is dropped (centred) or read from
+  its rows (non-centred);
 * a step sampling in those coordinates returns draws of the model's own variables, which
   match full-data NUTS on the same model within their Monte Carlo error.
 """
@@ -155,3 +157,31 @@ def test_draws_are_the_models_variables_and_match_nuts():
         sd_se = np.hypot(az.mcse(a, method="sd").values, az.mcse(b, method="sd").values)
         assert np.all(sd_a > sd_b - 4 * sd_se), (name, sd_a, sd_b, sd_se)
         assert np.all(sd_a < knob * sd_b + 4 * sd_se), (name, sd_a, sd_b, sd_se)
+
+
+@pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
+def test_regions_whose_groups_cannot_be_measured(centred):
+    """Groups nested in regions but read through two indexes per row (``a[g1] + a[g2]``):
+    the rule cannot measure the groups, so a centred regions' effect (read only through
+    them) is dropped, and a non-centred one is read from its rows as before.
+
+    Mutation: the filter keeping every ``indexed_only`` effect as it is (the centred ``b``
+    stays, marked as read through groups that are not there)."""
+    rng = np.random.default_rng(0)
+    region = np.array([0, 0, 1, 1, 2])
+    g1, g2 = rng.integers(0, 5, 200), rng.integers(0, 5, 200)
+    with pm.Model() as model:
+        mu, tau_b, tau_a = pm.Normal("mu"), pm.HalfNormal("tau_b"), pm.HalfNormal("tau_a")
+        if centred:
+            b = pm.Normal("b", mu, tau_b, shape=3)
+            a = pm.Normal("a", b[region], tau_a, shape=5)
+        else:
+            b = pm.Deterministic("b", mu + tau_b * pm.Normal("z_b", shape=3))
+            a = pm.Deterministic("a", b[region] + tau_a * pm.Normal("z_a", shape=5))
+        pm.Normal("y", a[g1] + a[g2], 1.0, observed=rng.normal(size=200))
+    effects = loc_scale_effects(MinibatchModel(model))
+    if centred:
+        assert effects == []
+    else:
+        [regions] = effects
+        assert (regions.name, regions.children) == ("b", None)
