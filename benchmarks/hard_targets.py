@@ -175,7 +175,7 @@ def run_one(name: str, model, ref, sampler: str, reparameterize: bool = True) ->
             compute_convergence_checks=False,
             discard_tuned_samples=False,
         )
-    errs, ratios, ess, laplace_errs, laplace_ratios = [], [], [], [], []
+    errs, ratios, ess, laplace_errs, laplace_ratios, labels = [], [], [], [], [], []
     signs = idata.sample_stats["sign"].values if "sign" in idata.sample_stats else None
     for value in model.value_vars:
         name_v = value.name
@@ -186,6 +186,7 @@ def run_one(name: str, model, ref, sampler: str, reparameterize: bool = True) ->
             mean = (w * draws).sum((0, 1))
             sd = np.sqrt(np.maximum((w * draws**2).sum((0, 1)) - mean**2, 0.0))
         ref_mean, ref_sd = ref[f"{name_v}__mean"], ref[f"{name_v}__sd"]
+        labels += [name_v] if np.size(mean) == 1 else [f"{name_v}[{i}]" for i in range(mean.size)]
         errs.append(np.abs(mean - ref_mean) / ref_sd)
         ratios.append(sd / ref_sd)
         ess.append(az.ess(az.from_dict({"posterior": {"x": draws}}))["x"].values.ravel())
@@ -206,6 +207,9 @@ def run_one(name: str, model, ref, sampler: str, reparameterize: bool = True) ->
         "max_err_sd": float(errs.max()),
         "sd_ratio_min": float(ratios.min()),
         "sd_ratio_max": float(ratios.max()),
+        # the coordinates behind the worst mean error and the sd ratio furthest from 1
+        "worst_mean_at": labels[int(np.argmax(errs))],
+        "worst_sd_at": labels[int(np.argmax(np.abs(np.log(ratios))))],
         "min_bulk_ess": float(ess.min()),
         "data_passes": passes,
         "ess_per_pass": float(ess.min()) / passes,
