@@ -1,0 +1,206 @@
+"""The left tail of ``log tau_b`` in ``tests/hard_models.py::sparse_regions``.
+
+With 12 regions, ``tau_b``'s posterior reaches down to 0: as ``tau_b -> 0`` the rows'
+density tends to a constant, so ``log tau_b``'s density falls only like ``tau_b`` (the
+prior's Jacobian), an exponential tail. This script reports, from the exact marginal (the
+grid of ``tests/references/make_sparse_regions_reference.py``):
+
+* its skewness, kurtosis and tail probabilities;
+* how far the sd of ``n`` independent exact draws strays (quantiles of the sd ratio over
+  4,000 repetitions), the best any sampler can do with ``n`` effective draws;
+
+and, from long SGHMC runs on the non-centred model (2 chains, ``random_seed=7``), the sd
+ratio and tail shares of ``log tau_b`` with the defaults and with one setting changed each:
+less gradient noise (``batch_size`` N or 5,000, ``noise_bound=0.01``), a small fixed step
+(``step_size=0.1``), or every region non-centred (``PARENT_SCALE_SDS = 10``).
+
+    .venv/bin/python benchmarks/sparse_regions_tail.py            # about 10 minutes
+    .venv/bin/python benchmarks/sparse_regions_tail.py --no-runs  # the exact part only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "references"))
+
+import make_sparse_regions_reference as exact  # noqa: E402
+from hard_models import make_sparse_regions_data, sparse_regions  # noqa: E402
+
+import pymc_bigdata as pmbd  # noqa: E402
+from pymc_bigdata.step_methods import coordinates  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+THRESHOLDS = (-1.5, -2.0, -3.0, -4.0)
+SAMPLE_SIZES = (250, 500, 1000, 2000)
+#: (label, draws per chain, SGHMC keywords, PARENT_SCALE_SDS)
+RUNS = (
+    ("defaults", 20_000, {}, None),
+    ("batch_size=N", 10_000, {"batch_size": 22_646}, None),
+    ("batch_size=5000", 10_000, {"batch_size": 5000}, None),
+    ("noise_bound=0.01", 10_000, {"noise_bound": 0.01}, None),
+    ("step_size=0.1", 10_000, {"step_size": 0.1}, None),
+    ("regions non-centred", 10_000, {}, 10.0),
+)
+
+
+def exact_marginal() -> tuple[np.ndarray, np.ndarray]:
+    """The grid of ``log tau_b`` and its exact marginal weights."""
+    ref = np.load(ROOT / "tests" / "references" / "sparse_regions.npz")
+    slope, sigma = float(ref["slope__mean"][0]), float(np.exp(ref["sigma_log____mean"][0]))
+    group, region, x, y = make_sparse_regions_data()
+    n = np.bincount(group)
+    ybar = np.bincount(group, weights=y - slope * x) / n
+    weights = exact.log_scales_density(ybar, n, region, sigma)
+    return exact.LOG_TAU_B, weights.sum(axis=1)
+
+
+def exact_summary(grid: np.ndarray, weights: np.ndarray) -> dict:
+    """Moments, tail probabilities and the sd ratios of independent exact draws."""
+    mean = float(weights @ grid)
+    centred = grid - mean
+    var = float(weights @ centred**2)
+    out = {
+        "mean": mean,
+        "sd": var**0.5,
+        "skewness": float(weights @ centred**3) / var**1.5,
+        "kurtosis": float(weights @ centred**4) / var**2,
+        "below": {str(t): float(weights[grid < t].sum()) for t in THRESHOLDS},
+        "iid_sd_ratio": {},
+    }
+    rng = np.random.default_rng(0)
+    spacing = grid[1] - grid[0]
+    for size in SAMPLE_SIZES:
+        draws = rng.choice(grid, size=(4000, size), p=weights)
+        draws = draws + rng.uniform(-spacing / 2, spacing / 2, draws.shape)
+        ratio = draws.std(axis=1) / out["sd"]
+        out["iid_sd_ratio"][str(size)] = {
+            "q2.5": float(np.quantile(ratio, 0.025)),
+            "median": float(np.median(ratio)),
+            "q97.5": float(np.quantile(ratio, 0.975)),
+            "outside_bars": float(np.mean((ratio < 0.9) | (ratio > 1.1))),
+        }
+    return out
+
+
+def long_run(label: str, draws: int, kwargs: dict, parent_scale_sds: float | None, ref) -> dict:
+    """One SGHMC run on the non-centred model; ``log tau_b``'s sd ratio and tail shares."""
+    default = coordinates.PARENT_SCALE_SDS
+    if parent_scale_sds is not None:
+        coordinates.PARENT_SCALE_SDS = parent_scale_sds
+    try:
+        model = sparse_regions(centred=False)
+        start = time.perf_counter()
+        step = pmbd.SGHMC(model=model, **kwargs)
+    finally:
+        coordinates.PARENT_SCALE_SDS = default
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=step,
+            draws=draws,
+            chains=2,
+            cores=1,
+            random_seed=7,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    x = np.log(idata.posterior["tau_b"].values)
+    return {
+        "run": label,
+        "draws": 2 * draws,
+        "seconds": time.perf_counter() - start,
+        "step_size": float(idata.sample_stats["step_size"].values[0, -1]),
+        "err_sd": float((x.mean() - ref["mean"]) / ref["sd"]),
+        "sd_ratio": float(x.std() / ref["sd"]),
+        "chain_sd_ratios": [float(c.std() / ref["sd"]) for c in x],
+        "below": {str(t): float(np.mean(x < t)) for t in THRESHOLDS},
+        "alarms": [
+            str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)
+        ],
+    }
+
+
+def report(summary: dict, runs: list[dict], commit: str) -> str:
+    """The results as markdown."""
+    lines = [
+        f"# `log tau_b` of `sparse_regions`: the exact tail and SGHMC (pymc_bigdata at {commit})",
+        "",
+        f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
+        f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
+        "",
+        "| P(log tau_b < t) | " + " | ".join(f"t = {t}" for t in THRESHOLDS) + " |",
+        "|---|" + "---|" * len(THRESHOLDS),
+        "| exact | " + " | ".join(f"{summary['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |",
+    ]
+    for r in runs:
+        lines.append(
+            f"| SGHMC {r['run']} | "
+            + " | ".join(f"{r['below'][str(t)]:.4f}" for t in THRESHOLDS)
+            + " |"
+        )
+    lines += [
+        "",
+        "sd ratio of n independent exact draws (4,000 repetitions):",
+        "",
+        "| n | 2.5 % | median | 97.5 % | outside [0.9, 1.1] |",
+        "|---|---|---|---|---|",
+    ]
+    for size, q in summary["iid_sd_ratio"].items():
+        lines.append(
+            f"| {int(size):,} | {q['q2.5']:.3f} | {q['median']:.3f} | {q['q97.5']:.3f} "
+            f"| {q['outside_bars']:.1%} |"
+        )
+    if runs:
+        lines += [
+            "",
+            "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each:",
+            "",
+            "| run | draws | step | mean error / sd | sd ratio (per chain) | alarms | s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
+            lines.append(
+                f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
+                f"| {r['sd_ratio']:.3f} ({chains}) | {len(r['alarms'])} | {r['seconds']:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-runs", action="store_true", help="the exact part only")
+    parser.add_argument("--out", default="sparse_regions_tail")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    summary = exact_summary(*exact_marginal())
+    runs = []
+    if not args.no_runs:
+        for label, draws, kwargs, parent_scale_sds in RUNS:
+            runs.append(long_run(label, draws, kwargs, parent_scale_sds, summary))
+            print(runs[-1], flush=True)
+    text = report(summary, runs, commit)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.md").write_text(text)
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps({"commit": commit, "exact": summary, "runs": runs}, indent=1)
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
