@@ -122,20 +122,8 @@ def long_run(label: str, draws: int, kwargs: dict, parent_scale_sds: float | Non
             progressbar=False,
             compute_convergence_checks=False,
         )
-    x = np.log(idata.posterior["tau_b"].values)
-    return {
-        "run": f"SGHMC, {label}",
-        "draws": 2 * draws,
-        "seconds": time.perf_counter() - start,
-        "step_size": float(idata.sample_stats["step_size"].values[0, -1]),
-        "err_sd": float((x.mean() - ref["mean"]) / ref["sd"]),
-        "sd_ratio": float(x.std() / ref["sd"]),
-        "chain_sd_ratios": [float(c.std() / ref["sd"]) for c in x],
-        "below": {str(t): float(np.mean(x < t)) for t in THRESHOLDS},
-        "alarms": [
-            str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)
-        ],
-    }
+    alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
+    return tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref) | {"alarms": alarms}
 
 
 def nuts_run(seed: int, ref: dict) -> dict:
@@ -151,18 +139,25 @@ def nuts_run(seed: int, ref: dict) -> dict:
             progressbar=False,
             compute_convergence_checks=False,
         )
+    divergences = int(idata.sample_stats["diverging"].values.sum())
+    return tail_row(f"NUTS, seed {seed}", idata, time.perf_counter() - start, ref) | {
+        "divergences": divergences,
+        "alarms": [],
+    }
+
+
+def tail_row(label: str, idata, seconds: float, ref: dict) -> dict:
+    """``log tau_b``'s mean error, sd ratios and tail shares in a run's kept draws."""
     x = np.log(idata.posterior["tau_b"].values)
     return {
-        "run": f"NUTS, seed {seed}",
+        "run": label,
         "draws": int(x.size),
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
         "step_size": float(idata.sample_stats["step_size"].values[0, -1]),
         "err_sd": float((x.mean() - ref["mean"]) / ref["sd"]),
         "sd_ratio": float(x.std() / ref["sd"]),
         "chain_sd_ratios": [float(c.std() / ref["sd"]) for c in x],
         "below": {str(t): float(np.mean(x < t)) for t in THRESHOLDS},
-        "divergences": int(idata.sample_stats["diverging"].values.sum()),
-        "alarms": [],
     }
 
 
