@@ -50,8 +50,8 @@ def check_tails(weights: np.ndarray) -> None:
         for end in (grid < grid[0] + TAIL_WIDTH, grid > grid[-1] - TAIL_WIDTH):
             if marginal[end].sum() > TAIL_MASS:
                 raise ValueError(
-                    f"{name}: {marginal[end].sum():.2g} of the mass within {TAIL_WIDTH} of the grid's "
-                    f"end [{grid[0]}, {grid[-1]}]; widen the grid"
+                    f"{name}: {marginal[end].sum():.2g} of the mass within {TAIL_WIDTH} of "
+                    f"the grid's end [{grid[0]}, {grid[-1]}]; widen the grid"
                 )
 
 
