@@ -434,9 +434,9 @@ def test_the_regions_scale_keeps_its_left_tail(sparse_regions_centred_run):
     """Known defect, kept as a strict xfail so that its fix shows: ``log tau_b`` of
     ``sparse_regions`` has an exponential left tail (skew -2.8, kurtosis 25; 0.56 % of the
     mass below -3), and SGHMC's defaults sample too little of it: sd ratio 0.836 here, 0.87
-    over 2 x 20,000 draws of the non-centred model (0.18 % of the draws below -3); within
-    the bars there with full-data gradients (0.960) or a step of 0.1 (0.941), 2 x 10,000
-    draws each (``benchmarks/results/sparse_regions_tail.md``). An exact sampler's 2,000
+    over 2 x 20,000 draws of the non-centred model (0.18 % of the draws below -3;
+    ``benchmarks/results/sparse_regions_tail.md``, where single runs with less gradient
+    noise or a smaller step are too short to show what fixes it). An exact sampler's 2,000
     independent draws land within [0.9, 1.1] 93 % of the time."""
     model, _, idata = sparse_regions_centred_run
     ref = _reference("sparse_regions")
