@@ -210,6 +210,7 @@ def run_one(
             laplace_errs.append(np.abs(ref[f"{name_v}__laplace_mean"] - ref_mean) / ref_sd)
             laplace_ratios.append(ref[f"{name_v}__laplace_sd"] / ref_sd)
     errs, ratios, ess, mean_z, sd_z = (np.concatenate(x) for x in (errs, ratios, ess, mean_z, sd_z))
+    worst_sd = int(np.argmax(np.abs(np.log(ratios))))
     stats = idata.sample_stats
     rows_read = float(stats["rows_touched"].sum() + idata.warmup_sample_stats["rows_touched"].sum())
     passes = rows_read / step.layer.n_rows
@@ -226,8 +227,8 @@ def run_one(
         "sd_ratio_max": float(ratios.max()),
         # the coordinates behind the worst mean error and the sd ratio furthest from 1
         "worst_mean_at": labels[int(np.argmax(errs))],
-        "worst_sd_at": labels[int(np.argmax(np.abs(np.log(ratios))))],
-        "ess_at_worst_sd": float(ess[int(np.argmax(np.abs(np.log(ratios))))]),
+        "worst_sd_at": labels[worst_sd],
+        "ess_at_worst_sd": float(ess[worst_sd]),
         # the same errors in Monte Carlo standard errors (ArviZ's, from the run's own draws)
         "max_mean_z": float(mean_z.max()),
         "max_sd_z": float(np.abs(sd_z).max()),

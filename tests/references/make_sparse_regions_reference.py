@@ -17,9 +17,9 @@ the keys of the other references (Monte Carlo errors 0 where computed).
 The grid's ends are far out on purpose. As ``tau_b -> 0`` the rows' density tends to a
 constant, so ``log tau_b``'s density falls only like ``tau_b`` (the prior's Jacobian): its
 left tail is exponential, not Gaussian. A grid from -4 (about 7 sds of a Gaussian) left
-0.2 % of the mass out and made the sd 0.436 instead of 0.475. :func:`check_tails` refuses a
-grid whose end cells hold more than ``TAIL_MASS`` of a marginal. Run from the repository
-root (a few minutes)::
+0.2 % of the mass out and made the sd 0.436 instead of 0.477. :func:`check_tails` refuses a
+grid whose outermost ``TAIL_WIDTH`` at either end holds more than ``TAIL_MASS`` of a
+marginal. Run from the repository root (about 15 s)::
 
     .venv/bin/python tests/references/make_sparse_regions_reference.py /tmp/nuts.npz
 
