@@ -280,6 +280,9 @@ def run_one(
             index_accept=float(stats["index_accept"].mean()),
             noise_share=float(np.nanmean(stats["noise_share"].values)),
         )
+    if "step_refinements" in stats:
+        refinements = stats["step_refinements"].values
+        out.update(refined_draws=int((refinements > 0).sum()), most_halvings=int(refinements.max()))
     if "audited" in stats:
         out.update(
             accept=float(stats["accept_rate"].mean()),
@@ -302,7 +305,7 @@ def table(rows: list[dict]) -> str:
         "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
         "| SBPS: proposals / ESS, violations (k), missed bounces; HMC-ECS: accept, α_u, "
         "σ̂², m (λ), negative signs; EWSG: index accept, noise share; Austerity: accept, "
-        "audited decisions wrong | alarm "
+        "audited decisions wrong; SGHMC: draws re-run at a finer step (most halvings) | alarm "
         "| Laplace max err / sd ratio | recentred | MCSEs off: mean, sd | seed |"
     )
     lines = [head, "|" + "---|" * 21]
@@ -327,6 +330,8 @@ def table(rows: list[dict]) -> str:
             )
         if "index_accept" in r:
             sbps = f"{r['index_accept']:.2f}, {r['noise_share']:.2g}"
+        if "refined_draws" in r:
+            sbps = f"{r['refined_draws']} re-run ({r['most_halvings']})"
         if "audited" in r:
             sbps = f"{r['accept']:.2f}, {r['audit_wrong']} of {r['audited']}"
         lines.append(

@@ -17,6 +17,11 @@ less gradient noise (``batch_size`` N or 5,000, ``noise_bound=0.01``), a small f
     .venv/bin/python benchmarks/sparse_regions_tail.py            # about 10 minutes
     .venv/bin/python benchmarks/sparse_regions_tail.py --no-runs  # the exact part only
     .venv/bin/python benchmarks/sparse_regions_tail.py --nuts     # full-data NUTS instead
+    .venv/bin/python benchmarks/sparse_regions_tail.py --refinement  # about 10 minutes
+
+``--refinement`` runs SGHMC's defaults with and without the re-run of stiff draws
+(``max_refinements=0``) on both forms of the model at seeds 1-4, 2 chains of 10,000 draws each
+(``results/sparse_regions_tail_refinement.{md,json}``).
 
 ``--nuts`` runs PyMC's own NUTS on the non-centred model as written, at ``pm.sample``'s
 defaults (2 chains of 1,000 draws after 1,000 tuning draws) and seeds 2026-2028: what an exact
@@ -100,13 +105,23 @@ def exact_summary(grid: np.ndarray, weights: np.ndarray) -> dict:
     return out
 
 
-def long_run(label: str, draws: int, kwargs: dict, parent_scale_sds: float | None, ref) -> dict:
-    """One SGHMC run on the non-centred model; ``log tau_b``'s sd ratio and tail shares."""
+def long_run(
+    label: str,
+    draws: int,
+    kwargs: dict,
+    parent_scale_sds: float | None,
+    ref,
+    *,
+    centred: bool = False,
+    seed: int = 7,
+) -> dict:
+    """One SGHMC run (by default on the non-centred model); ``log tau_b``'s sd ratio and tail
+    shares."""
     default = coordinates.PARENT_SCALE_SDS
     if parent_scale_sds is not None:
         coordinates.PARENT_SCALE_SDS = parent_scale_sds
     try:
-        model = sparse_regions(centred=False)
+        model = sparse_regions(centred=centred)
         start = time.perf_counter()
         step = pmbd.SGHMC(model=model, **kwargs)
     finally:
@@ -118,12 +133,30 @@ def long_run(label: str, draws: int, kwargs: dict, parent_scale_sds: float | Non
             draws=draws,
             chains=2,
             cores=1,
-            random_seed=7,
+            random_seed=seed,
             progressbar=False,
             compute_convergence_checks=False,
         )
     alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
-    return tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref) | {"alarms": alarms}
+    stats = idata.sample_stats
+    return tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref) | {
+        "alarms": alarms,
+        "divergences": int(stats["diverging"].values.sum()),
+        "refined_draws": int((stats["step_refinements"].values > 0).sum()),
+    }
+
+
+def refinement_runs(ref: dict) -> list[dict]:
+    """SGHMC's defaults with and without re-runs of stiff draws, both forms, seeds 1-4."""
+    runs = []
+    for centred in (True, False):
+        for seed in (1, 2, 3, 4):
+            for label, kwargs in (("defaults", {}), ("max_refinements=0", {"max_refinements": 0})):
+                form = "centred" if centred else "non-centred"
+                label = f"{label}, {form}, seed {seed}"
+                runs.append(long_run(label, 10_000, kwargs, None, ref, centred=centred, seed=seed))
+                print(runs[-1], flush=True)
+    return runs
 
 
 def nuts_run(seed: int, ref: dict) -> dict:
@@ -192,16 +225,21 @@ def report(summary: dict, runs: list[dict], commit: str) -> str:
     if runs:
         lines += [
             "",
-            "On the non-centred model, 2 chains, 1,000 tuning draws each (SGHMC: random_seed=7):",
+            "2 chains, 1,000 tuning draws each; the non-centred model at random_seed=7 unless "
+            "the run names its form and seed (div.: divergences; re-run: draws re-run at a "
+            "finer step):",
             "",
-            "| run | draws | step | mean error / sd | sd ratio (per chain) | alarms | s |",
-            "|---|---|---|---|---|---|---|",
+            "| run | draws | step | mean error / sd | sd ratio (per chain) | below -3 | div. "
+            "| re-run | alarms | s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
             chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
             lines.append(
                 f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
-                f"| {r['sd_ratio']:.3f} ({chains}) | {len(r['alarms'])} | {r['seconds']:.0f} |"
+                f"| {r['sd_ratio']:.3f} ({chains}) | {r['below']['-3.0']:.4f} "
+                f"| {r.get('divergences', '')} | {r.get('refined_draws', '')} "
+                f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -210,9 +248,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-runs", action="store_true", help="the exact part only")
     parser.add_argument("--nuts", action="store_true", help="PyMC's NUTS at seeds 2026-2028")
+    parser.add_argument(
+        "--refinement", action="store_true", help="SGHMC with and without re-runs, seeds 1-4"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    out = args.out or ("sparse_regions_tail_nuts" if args.nuts else "sparse_regions_tail")
+    out = args.out or (
+        "sparse_regions_tail_nuts"
+        if args.nuts
+        else "sparse_regions_tail_refinement"
+        if args.refinement
+        else "sparse_regions_tail"
+    )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -222,6 +269,8 @@ def main(argv=None) -> None:
         for seed in (2026, 2027, 2028):
             runs.append(nuts_run(seed, summary))
             print(runs[-1], flush=True)
+    elif args.refinement:
+        runs = refinement_runs(summary)
     elif not args.no_runs:
         for label, draws, kwargs, parent_scale_sds in RUNS:
             runs.append(long_run(label, draws, kwargs, parent_scale_sds, summary))

@@ -23,7 +23,19 @@ discrete version of ``2 (C - B_hat) eps``: the gradient noise (which enters the 
 ``kappa`` (:func:`baoab_noise_weight`, between ``c^2`` and 1) makes the position variance
 exact for a unit-curvature Gaussian, the posterior shape the preconditioner aims at.  For a Gaussian
 target BAOAB's stationary distribution of ``z`` is exact for every ``eps < 2``; otherwise its
-bias is O(eps^2).  Eq. 15 is biased even for a Gaussian: its stationary position variance
+bias is O(eps^2).
+
+Where the posterior is more curved than the preconditioner's fit (the neck of a funnel, a
+scale's long tail), a step chosen in the bulk is too long there: BAOAB's O(eps^2) bias grows
+with the curvature, and beyond ``4 / eps^2`` along a direction the mode is unstable. Both
+integrators report the path's curvature (``SGHMCInfo.path_curvature``, the Rayleigh quotient
+``sum -dg.dz / sum |dz|^2`` of successive positions and gradients): at equilibrium every mode
+moves about ``eps`` per step, so it is near the mean curvature (1 where the preconditioner
+fits), and an unstable mode soon dominates it. :func:`split_innovations` halves BAOAB's steps
+along the same Brownian path, so that a step method can re-run such a draw at a finer step
+without changing where its noise leads.
+
+Eq. 15 is biased even for a Gaussian: its stationary position variance
 (:func:`eq15_position_variance`) is ``1 + eps^2/4 + O(eps^3)`` at friction 1 (1.232 at
 eps = 0.7, 1.016 at the default 0.25 of that integrator).
 """
@@ -38,6 +50,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
+from pymc_bigdata.kernels.path_curvature import PathCurvature
+
 __all__ = [
     "SGHMCInfo",
     "SGHMCState",
@@ -47,6 +61,7 @@ __all__ = [
     "eq15_position_variance",
     "eq15_stationary_covariance",
     "sghmc_steps",
+    "split_innovations",
 ]
 
 
@@ -64,6 +79,10 @@ class SGHMCInfo(NamedTuple):
     n_steps: int
     finite: bool
     noise_clipped: bool
+    #: ``sum -dg.dz / sum |dz|^2`` over the steps (NaN where the chain did not move)
+    path_curvature: float = math.nan
+    #: the largest per-coordinate quotient of the same sums
+    path_curvature_max: float = math.nan
 
 
 def _noise_scale(thermal_var: float, grad_noise_var: np.ndarray | None) -> tuple[np.ndarray, bool]:
@@ -133,6 +152,7 @@ def baoab_steps(
     rng: np.random.Generator,
     grad_noise_var: np.ndarray | None = None,
     last_grad: Callable[[np.ndarray], np.ndarray] | None = None,
+    innovations: np.ndarray | None = None,
 ) -> tuple[SGHMCState, SGHMCInfo]:
     """Run ``n_steps`` BAOAB steps of SGHMC dynamics (Eq. 13 with M = I).
 
@@ -155,6 +175,9 @@ def baoab_steps(
     last_grad
         The gradient callback for the last step (default ``grad_log_density``): where the
         step method measures its estimator's noise.
+    innovations
+        The O-steps' standard-normal draws, shape ``(n_steps, d)`` (default: drawn from
+        ``rng``), e.g. :func:`split_innovations` of a coarser run's.
     """
     z, v, g = state
     decay = np.exp(-friction * step_size)
@@ -164,17 +187,52 @@ def baoab_steps(
         if grad_noise_var is None
         else baoab_noise_weight(step_size, friction) * step_size**2 * grad_noise_var,
     )
-    noise = rng.standard_normal((n_steps, z.shape[0])) * noise_sd
+    if innovations is None:
+        innovations = rng.standard_normal((n_steps, z.shape[0]))
+    noise = innovations * noise_sd
     half = 0.5 * step_size
+    path = PathCurvature(z, g)
     for i in range(n_steps):
         v = v + half * g
         z = z + half * v
         v = decay * v + noise[i]
         z = z + half * v
         g = _grad_for(i, n_steps, grad_log_density, last_grad)(z)
+        path.add(z, g)
         v = v + half * g
     finite = bool(np.isfinite(z).all() and np.isfinite(v).all())
-    return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped)
+    return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped, path.value(), path.largest())
+
+
+def split_innovations(
+    innovations: np.ndarray, step_size: float, friction: float, rng: np.random.Generator
+) -> np.ndarray:
+    """The O-step draws of BAOAB at half the step along the same Brownian path.
+
+    Two O-steps of ``eps / 2`` (decay ``h = exp(-C eps / 2)``) inject
+    ``sqrt(1 - h^2) (h xi_1 + xi_2)``, one of ``eps`` injects ``sqrt(1 - h^4) xi``; they agree
+    when ``h xi_1 + xi_2 = sqrt(1 + h^2) xi``. Given the coarse ``xi``, the pair is
+    ``xi_1 = (h xi + u) / s``, ``xi_2 = (xi - h u) / s`` with ``s = sqrt(1 + h^2)`` and a fresh
+    standard normal ``u``: independent standard normals again, whose sum the coarse step saw.
+
+    Parameters
+    ----------
+    innovations
+        The coarse run's standard-normal draws, shape ``(n_steps, d)``.
+    step_size, friction
+        The coarse run's ``eps`` and ``C``.
+    rng
+        Source of ``u``.
+
+    Returns
+    -------
+    ndarray, shape ``(2 n_steps, d)``
+    """
+    h = math.exp(-0.5 * friction * step_size)
+    s = math.sqrt(1.0 + h * h)
+    fresh = rng.standard_normal(innovations.shape)
+    pairs = np.stack([(h * innovations + fresh) / s, (innovations - h * fresh) / s], axis=1)
+    return pairs.reshape(2 * innovations.shape[0], innovations.shape[1])
 
 
 def sghmc_steps(
@@ -201,12 +259,14 @@ def sghmc_steps(
         2.0 * alpha * eta, None if grad_noise_var is None else eta**2 * grad_noise_var
     )
     noise = rng.standard_normal((n_steps, z.shape[0])) * noise_sd
+    path = PathCurvature()  # the slot's gradient may be stale here
     for i in range(n_steps):
         z = z + v
         g = _grad_for(i, n_steps, grad_log_density, last_grad)(z)
+        path.add(z, g)
         v = v + eta * g - alpha * v + noise[i]
     finite = bool(np.isfinite(z).all() and np.isfinite(v).all())
-    return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped)
+    return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped, path.value(), path.largest())
 
 
 def _grad_for(

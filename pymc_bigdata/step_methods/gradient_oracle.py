@@ -204,7 +204,8 @@ class GradientOracle:
     def __init__(self, estimator: MinibatchEstimator, minibatches: RowDraws, measure: bool):
         self.estimator = estimator
         self._minibatches = minibatches
-        self._measure = measure and estimator.measure_size >= 2
+        self._measures = measure and estimator.measure_size >= 2
+        self._measure = self._measures
         self._census = 0 if estimator.census_rows is None else len(estimator.census_rows[0])
         self._rows_read = 0
         self._position: np.ndarray | None = None
@@ -221,6 +222,11 @@ class GradientOracle:
         first such call only) when the draw measures."""
         measure, self._measure = self._measure, False
         return self._estimate(z, measure)
+
+    def again(self) -> None:
+        """The kernel runs the draw again (e.g. at a finer step): its next last call
+        measures as the first did; the rows read so far still count."""
+        self._measure = self._measures
 
     def measure_at(self, z: np.ndarray) -> DrawRecord:
         """A last (measuring) estimate at ``z`` alone, with no kernel transition (e.g. where

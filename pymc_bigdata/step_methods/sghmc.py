@@ -13,11 +13,13 @@ from pymc_bigdata.kernels.sghmc import (
     baoab_steps,
     eq15_stationary_covariance,
     sghmc_steps,
+    split_innovations,
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
+from pymc_bigdata.step_methods.step_refinement import StepRefinement, check_max_refinements
 
 __all__ = ["SGHMC"]
 
@@ -48,6 +50,14 @@ class SGHMC(SubsamplingStep):
     learning_rate, alpha
         The paper's Eq. 15 parameters; if given they set ``step_size = sqrt(learning_rate)`` and
         ``friction = alpha / step_size``.
+    max_refinements
+        BAOAB only (an extension; 0 turns it off, as ``PAPER_SETTINGS`` does; default 6): how
+        many times a draw whose path was too stiff for its step is re-run from its start at
+        half the step, twice the steps (the same travel time) and the same Brownian path
+        (:func:`~pymc_bigdata.kernels.sghmc.split_innovations`). Too stiff: a non-finite
+        value, or a path curvature more than 1.5 times the chain's typical one
+        (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement`). The stat
+        ``step_refinements`` counts the halvings of each draw.
 
     Notes
     -----
@@ -70,6 +80,8 @@ class SGHMC(SubsamplingStep):
     #: position autocorrelation of a unit-curvature Gaussian at this lag is about -0.09, so
     #: consecutive draws are nearly independent (slightly antithetic)
     default_travel_time: ClassVar[float] = 2.8
+    #: re-runs of a too-stiff draw at a halved step (at most ``eps / 64``)
+    default_max_refinements: ClassVar[int] = 6
 
     #: the paper's Algorithm 2 (Chen, Fox & Guestrin 2014) with none of our extensions: the
     #: Eq. 15 update (give its ``learning_rate`` and ``alpha``, or ``step_size`` and
@@ -81,6 +93,7 @@ class SGHMC(SubsamplingStep):
         **SubsamplingStep.EXTENSIONS_OFF,
         "integrator": "sghmc",
         "noise_estimate": "zero",
+        "max_refinements": 0,
     }
 
     stats_dtypes_shapes = {
@@ -88,6 +101,7 @@ class SGHMC(SubsamplingStep):
         "friction": (np.float64, []),
         "kinetic_energy": (np.float64, []),
         "noise_clipped": (bool, []),
+        "step_refinements": (np.int64, []),
     }
 
     def __init__(
@@ -101,6 +115,7 @@ class SGHMC(SubsamplingStep):
         learning_rate: float | None = None,
         alpha: float | None = None,
         step_size: float | None = None,
+        max_refinements: int | None = None,
         **kwargs,
     ):
         if integrator not in _INTEGRATORS:
@@ -129,6 +144,11 @@ class SGHMC(SubsamplingStep):
         if noise_estimate != "zero":
             self.measure_every = 1  # B-hat follows a running estimate
         self.resample_momentum = bool(resample_momentum)
+        default_refinements = self.default_max_refinements if integrator == "baoab" else 0
+        self.max_refinements = check_max_refinements(max_refinements, default_refinements)
+        if self.max_refinements and integrator != "baoab":
+            raise ValueError("max_refinements re-runs BAOAB's steps; integrator='sghmc' has none.")
+        self.refinement = StepRefinement(self.max_refinements)
         self._kernel = _INTEGRATORS[integrator]
         super().__init__(vars, step_size=step_size, **kwargs)
 
@@ -165,6 +185,8 @@ class SGHMC(SubsamplingStep):
     def _reset_kernel_state(self) -> None:
         self._state: SGHMCState | None = None
         self._noise_clipped = False
+        self._refinements = 0
+        self._run_step: float | None = None  # the step of the draw's last run
 
     def _momentum_scale(self) -> float:
         # Eq. 15 stores v = eps * r; BAOAB stores r itself (M = I in z).
@@ -182,19 +204,50 @@ class SGHMC(SubsamplingStep):
         if self.noise_estimate != "zero":
             noise_var = self._noise_variance(self.cv_order)
             noise_var = noise_var if noise_var.size else None
-        new_state, info = self._kernel(
-            state,
-            oracle,
-            self.step_size,
-            self.friction,
-            self.inner_steps,
-            self.rng,
-            noise_var,
-            last_grad=oracle.last,
-        )
+        if self.max_refinements:
+            new_state, info = self._refined_steps(state, oracle, noise_var)
+        else:
+            new_state, info = self._kernel(
+                state,
+                oracle,
+                self.step_size,
+                self.friction,
+                self.inner_steps,
+                self.rng,
+                noise_var,
+                last_grad=oracle.last,
+            )
         self._state = new_state if info.finite else None
         self._noise_clipped = info.noise_clipped
         return new_state.position, info.finite, oracle.record()
+
+    def _refined_steps(
+        self, state: SGHMCState, oracle: GradientOracle, noise_var: np.ndarray | None
+    ) -> tuple[SGHMCState, Any]:
+        """BAOAB from ``state``, re-run from it at half the step (twice the steps, the same
+        Brownian path) while its path is too stiff, at most ``max_refinements`` times."""
+        step, n_steps = self.step_size, self.inner_steps
+        innovations = self.rng.standard_normal((n_steps, state.position.shape[0]))
+        if self._draw_index == 0:
+            self.refinement.restart()
+        self._refinements = 0
+        self._run_step: float | None = None  # the step of the draw's last run
+        while True:
+            new_state, info = baoab_steps(
+                state, oracle, step, self.friction, n_steps, self.rng, noise_var,
+                last_grad=oracle.last, innovations=innovations,
+            )  # fmt: skip
+            if self.tune and self._refinements == 0:
+                self.refinement.observe(self.refinement.curvature(info))
+            curvature = self.refinement.curvature(info)
+            too_stiff = self.refinement.too_stiff(curvature, step, self.step_size)
+            if (info.finite and not too_stiff) or self._refinements == self.max_refinements:
+                self._run_step = step
+                return new_state, info
+            innovations = split_innovations(innovations, step, self.friction, self.rng)
+            step, n_steps = 0.5 * step, 2 * n_steps
+            self._refinements += 1
+            oracle.again()
 
     def _kinetic_energy(self) -> float:
         if self._state is None:
@@ -204,9 +257,11 @@ class SGHMC(SubsamplingStep):
 
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` over its equilibrium value for a unit Gaussian: the end-of-step
-        momentum variance is ``1 - eps^2/4`` for BAOAB (exact positions, biased momenta)."""
+        momentum variance is ``1 - eps^2/4`` for BAOAB (exact positions, biased momenta), at
+        the step the draw ended with (a refined draw's finer one)."""
         if self.integrator == "baoab":
-            expected = 1.0 - self.step_size**2 / 4.0
+            step = self.step_size if self._run_step is None else self._run_step
+            expected = 1.0 - step**2 / 4.0
         else:
             expected = eq15_momentum_variance(self.step_size, self.friction)
         return 2.0 * self._kinetic_energy() / self.layer.dim / expected
@@ -217,6 +272,7 @@ class SGHMC(SubsamplingStep):
             "friction": self.friction,
             "kinetic_energy": kinetic,
             "noise_clipped": self._noise_clipped,
+            "step_refinements": self._refinements,
         }
 
 

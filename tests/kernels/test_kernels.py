@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from pymc_bigdata.kernels import SGHMCState, baoab_steps, sghmc_steps, sgld_steps
+from pymc_bigdata.kernels.sghmc import split_innovations
 
 N_CHAINS = 2_000  # the kernels are vectorised over a leading axis: many independent chains
 Z = 4.5
@@ -114,3 +115,77 @@ def test_same_generator_state_same_path():
         new, _ = baoab_steps(state, _gaussian_grad(0.3, rng), 0.5, 1.0, 20, rng)
         paths.append(new.position)
     np.testing.assert_array_equal(paths[0], paths[1])
+
+
+@pytest.mark.parametrize("kernel", [baoab_steps, sghmc_steps])
+def test_path_curvature_is_the_curvature_of_a_quadratic(kernel):
+    """On ``N(0, I / 3)`` every move sees curvature 3: the path's Rayleigh quotient is 3."""
+    rng = np.random.default_rng(6)
+    state = SGHMCState(rng.standard_normal(20), 0.3 * rng.standard_normal(20), np.zeros(20))
+    state = state._replace(grad=-3.0 * state.position)
+    _, info = kernel(state, lambda z: -3.0 * z, 0.3, 1.0, 10, rng)
+    assert info.path_curvature == pytest.approx(3.0, rel=1e-9)
+
+
+def test_path_curvature_follows_an_unstable_mode():
+    """Curvatures 1 and 50 at step 0.5 (``eps^2 50 > 4``: the stiff mode grows): the path's
+    curvature approaches 50, where at equilibrium it would be near their mean."""
+    rng = np.random.default_rng(7)
+    curvature = np.array([1.0] * 9 + [50.0])
+    z = rng.standard_normal(10) / np.sqrt(curvature)
+    state = SGHMCState(z, rng.standard_normal(10), -curvature * z)
+    _, info = baoab_steps(state, lambda z: -curvature * z, 0.5, 1.0, 30, rng)
+    assert info.path_curvature > 40.0
+
+
+def test_split_innovations_sum_to_the_coarse_steps():
+    """Two O-steps at ``eps / 2`` inject what one at ``eps`` did (``h xi_1 + xi_2 =
+    sqrt(1 + h^2) xi``), and the halves are independent standard normals. Caught (watched):
+    the halves swapped."""
+    rng = np.random.default_rng(8)
+    eps, friction = 0.6, 1.0
+    coarse = rng.standard_normal((50_000, 2))
+    fine = split_innovations(coarse, eps, friction, rng)
+    h = np.exp(-0.5 * friction * eps)
+    first, second = fine[0::2], fine[1::2]
+    np.testing.assert_allclose(h * first + second, np.sqrt(1 + h * h) * coarse, atol=1e-12)
+    se = np.sqrt(2.0 / first.size)
+    for half in (first, second):
+        assert abs(half.var() - 1.0) < Z * se
+    assert abs(np.mean(first * second)) < Z / np.sqrt(first.size)
+
+
+def test_refined_baoab_follows_the_coarse_brownian_path():
+    """From one state, BAOAB at ``eps`` and at ``eps / 2`` on split innovations end close
+    together (the same Brownian path, the integrators' difference only); on fresh
+    innovations they end an O(1) distance apart. Caught (watched): fresh draws in
+    ``split_innovations`` (gap 1.93)."""
+    rng = np.random.default_rng(9)
+    eps, friction, n_steps, d = 0.4, 1.0, 8, 5_000
+    start = rng.standard_normal(d)
+    state = SGHMCState(start, rng.standard_normal(d), -start)
+    coarse_xi = rng.standard_normal((n_steps, d))
+    coarse, _ = baoab_steps(state, lambda z: -z, eps, friction, n_steps, rng, innovations=coarse_xi)
+    gaps = {}
+    for label, xi in [
+        ("split", split_innovations(coarse_xi, eps, friction, rng)),
+        ("fresh", rng.standard_normal((2 * n_steps, d))),
+    ]:
+        fine, _ = baoab_steps(
+            state, lambda z: -z, eps / 2, friction, 2 * n_steps, rng, innovations=xi
+        )
+        gaps[label] = np.mean((fine.position - coarse.position) ** 2)
+    assert gaps["split"] < 0.02 and gaps["fresh"] > 0.5, gaps
+
+
+def test_the_largest_path_curvature_shows_one_stiff_coordinate_the_mean_dilutes():
+    """Curvatures 1 (38 coordinates) and 80 (one), a stable step: the mean quotient is near
+    ``(38 + 80) / 39 = 3``, the largest per-coordinate one is 80 (exact for a diagonal
+    quadratic)."""
+    rng = np.random.default_rng(10)
+    curvature = np.array([1.0] * 38 + [80.0])
+    z = rng.standard_normal(39) / np.sqrt(curvature)
+    state = SGHMCState(z, rng.standard_normal(39), -curvature * z)
+    _, info = baoab_steps(state, lambda z: -curvature * z, 0.1, 1.0, 20, rng)
+    assert info.path_curvature < 10.0
+    assert info.path_curvature_max == pytest.approx(80.0, rel=1e-9)

@@ -1,5 +1,5 @@
 """SGHMC-specific options: the B-hat noise correction, the paper's Eq. 15 integrator and its
-(eta, alpha) parameterisation."""
+(eta, alpha) parameterisation, and the re-run of too-stiff draws at a finer step."""
 
 from __future__ import annotations
 
@@ -109,3 +109,39 @@ def test_eta_alpha_argument_errors(noisy_normal):
         pmbd.SGHMC(model=model, layer=layer, learning_rate=0.01, alpha=0.1, friction=1.0)
     with pytest.raises(ValueError, match="alpha"):
         pmbd.SGHMC(model=model, layer=layer, alpha=0.1)
+
+
+def test_max_refinements_argument_errors(noisy_normal):
+    """``max_refinements``: an int >= 0, and only with BAOAB (the default, 6)."""
+    model, layer, _, _ = noisy_normal
+    assert pmbd.SGHMC(model=model, layer=layer).max_refinements == 6
+    assert pmbd.SGHMC(model=model, layer=layer, integrator="sghmc").max_refinements == 0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="max_refinements must be"):
+            pmbd.SGHMC(model=model, layer=layer, max_refinements=bad)
+    with pytest.raises(ValueError, match="integrator='sghmc' has none"):
+        pmbd.SGHMC(model=model, layer=layer, integrator="sghmc", max_refinements=2)
+
+
+def test_an_unstable_step_is_refined_and_samples_the_posterior(noisy_normal):
+    """A fixed step of 2.2 (BAOAB is unstable beyond 2 at the posterior's curvature, 1 in the
+    preconditioner's coordinates): every draw is re-run at 1.1, along the same Brownian path,
+    and the posterior is right (full-data gradients: no noise). Caught (watched): with
+    ``max_refinements=0`` every draw diverges; a re-run that does not call ``oracle.again``
+    loses the log-density estimate the divergence check tracks."""
+    model, layer, mean, sd = noisy_normal
+    step = pmbd.SGHMC(model=model, layer=layer, step_size=2.2, batch_size=20_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, step, seed=5)
+    refinements = idata.sample_stats["step_refinements"].values
+    assert np.all(refinements == 1)
+    assert not idata.sample_stats["diverging"].values.any()
+    lp_est = idata.sample_stats["lp_est"].values
+    measured = np.isfinite(lp_est)  # NaN: not a measuring draw
+    assert measured.sum() >= 2 * 1000 // step.measure_every, measured.sum()
+    logp = model.compile_logp()
+    exact = np.array([logp({"mu": m}) for m in idata.posterior["mu"].values[measured]])
+    offset = lp_est[measured] - exact  # full-data estimates: exact up to a constant
+    assert np.ptp(offset) < 1e-6 * np.abs(exact).max(), np.ptp(offset)
+    check_posterior(idata, "mu", np.array(mean), np.array(sd))

@@ -1,0 +1,101 @@
+"""When a draw is re-run at a finer step: where its path is far stiffer than the chain's.
+
+A step size tuned on the bulk is too long where the posterior is much more curved (the neck
+of a funnel, a scale's long tail): BAOAB's O(eps^2) bias grows with the curvature, and beyond
+``4 / eps^2`` along a direction a mode is unstable. On ``sparse_regions``
+(``tests/hard_models.py``) SGHMC at the bulk's step sampled ``log tau_b`` below -3.5 about ten
+times too rarely; the largest whitened curvature there grows from 1 in the bulk to 24 at -3
+and 323 at -5, one stiff direction among 39 that the mean curvature dilutes.
+
+:class:`StepRefinement` compares each draw's largest per-coordinate path curvature
+(:class:`~pymc_bigdata.kernels.path_curvature.PathCurvature`) with the chain's typical one,
+the median over its last ``WINDOW`` tuning draws, and asks for half the step (twice the
+steps) while it is more than ``RATIO`` times that, or near instability outright, so that the
+local step follows ``eps sqrt(RATIO typical / curvature)``. The step method re-runs the draw
+from its start along the same Brownian path
+(:func:`~pymc_bigdata.kernels.sghmc.split_innovations`): every run covers the same travel
+time, each approximates the same exact dynamics, and a finer run replaces a coarse one only
+where the coarse one was least accurate. Without the same Brownian path, a re-run would
+discard exactly the paths that entered the stiff region and draw new ones that mostly do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StepRefinement", "check_max_refinements"]
+
+
+class StepRefinement:
+    """Whether a draw's path was too stiff for its step, against the chain's typical path.
+
+    Parameters
+    ----------
+    max_refinements
+        Re-runs at most (each halves the step); 0: never re-run.
+    """
+
+    #: ``eps^2`` times the path's curvature above which the path is near instability
+    UNSTABLE: float = 2.0
+    #: how many times the chain's typical curvature a path may reach at the base step (at
+    #: ``eps / 2^k``, ``4^k`` times as much) before the draw is re-run finer; the bulk's
+    #: spread 0.75-1.3 times its median on ``sparse_regions`` (10-90 %), so 2 re-runs few
+    #: bulk draws (``benchmarks/results/hard_targets_refined.md``: 0-1.4 % of the draws on
+    #: the targets without a stiff region)
+    RATIO: float = 2.0
+    #: tuning draws whose path curvature sets the typical one (the last ones: the windows
+    #: re-fit the preconditioner, and with it the coordinates' curvature)
+    WINDOW: int = 100
+    #: until this many tuning draws, the typical curvature is 1 (where the preconditioner
+    #: fits, the mean curvature in its coordinates)
+    MIN_SEEN: int = 20
+
+    def __init__(self, max_refinements: int):
+        self.max_refinements = max_refinements
+        self.restart()
+
+    def restart(self) -> None:
+        """A new chain: forget the curvatures seen."""
+        self._seen: deque[float] = deque(maxlen=self.WINDOW)
+
+    @staticmethod
+    def curvature(info: Any) -> float:
+        """The path curvature judged, from a kernel's info: the largest per-coordinate one
+        (``path_curvature_max``), which one stiff direction among many does not dilute."""
+        return info.path_curvature_max
+
+    def typical(self) -> float:
+        """The chain's typical path curvature (z units): the median of the last tuning draws
+        at the base step, 1 before ``MIN_SEEN`` of them."""
+        if len(self._seen) < self.MIN_SEEN:
+            return 1.0
+        return float(np.median(self._seen))
+
+    def observe(self, path_curvature: float) -> None:
+        """A tuning draw's path curvature at the base step."""
+        if math.isfinite(path_curvature) and path_curvature > 0.0:
+            self._seen.append(path_curvature)
+
+    def too_stiff(self, path_curvature: float, step: float, base_step: float) -> bool:
+        """Whether a path of this curvature run at ``step`` (the chain's step ``base_step``)
+        should be re-run at half the step."""
+        if not math.isfinite(path_curvature):
+            return False
+        if step**2 * path_curvature > self.UNSTABLE:
+            return True
+        return path_curvature * (step / base_step) ** 2 > self.RATIO * self.typical()
+
+
+def check_max_refinements(max_refinements: object, default: int) -> int:
+    """``max_refinements``: an int >= 0, or None for ``default``."""
+    if max_refinements is None:
+        return default
+    if isinstance(max_refinements, bool) or not isinstance(max_refinements, int | np.integer):
+        raise ValueError(f"max_refinements must be an int >= 0, got {max_refinements!r}.")
+    if max_refinements < 0:
+        raise ValueError(f"max_refinements must be >= 0, got {max_refinements}.")
+    return int(max_refinements)
