@@ -3,9 +3,10 @@
 A step size tuned on the bulk is too long where the posterior is much more curved (the neck
 of a funnel, a scale's long tail): BAOAB's O(eps^2) bias grows with the curvature, and beyond
 ``4 / eps^2`` along a direction a mode is unstable. On ``sparse_regions``
-(``tests/hard_models.py``) SGHMC at the bulk's step sampled ``log tau_b`` below -3.5 about ten
-times too rarely; the largest whitened curvature there grows from 1 in the bulk to 24 at -3
-and 323 at -5, one stiff direction among 39 that the mean curvature dilutes.
+(``tests/hard_models.py``) SGHMC at the bulk's step drew ``log tau_b`` below -4 twenty times
+too rarely (0.01 % of its draws, exact 0.20 %; ``benchmarks/results/sparse_regions_tail.md``):
+the largest curvature grows along that tail, one stiff direction among 39 that the mean
+curvature dilutes.
 
 :class:`StepRefinement` compares each draw's largest per-coordinate path curvature
 (:class:`~pymc_bigdata.kernels.path_curvature.PathCurvature`) with the chain's typical one,
@@ -42,10 +43,9 @@ class StepRefinement:
     #: ``eps^2`` times the path's curvature above which the path is near instability
     UNSTABLE: float = 2.0
     #: how many times the chain's typical curvature a path may reach at the base step (at
-    #: ``eps / 2^k``, ``4^k`` times as much) before the draw is re-run finer; the bulk's
-    #: spread 0.75-1.3 times its median on ``sparse_regions`` (10-90 %), so 2 re-runs few
-    #: bulk draws (``benchmarks/results/hard_targets_refined.md``: 0-1.4 % of the draws on
-    #: the targets without a stiff region)
+    #: ``eps / 2^k``, ``4^k`` times as much) before the draw is re-run finer: well above the
+    #: bulk's spread about its median, so that few bulk draws are re-run
+    #: (``benchmarks/results/hard_targets_refined_a.md``, ``_b.md``)
     RATIO: float = 2.0
     #: tuning draws whose path curvature sets the typical one (the last ones: the windows
     #: re-fit the preconditioner, and with it the coordinates' curvature)
