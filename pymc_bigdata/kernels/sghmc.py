@@ -31,9 +31,10 @@ with the curvature, and beyond ``4 / eps^2`` along a direction the mode is unsta
 integrators report the path's curvature (``SGHMCInfo.path_curvature``, the Rayleigh quotient
 ``sum -dg.dz / sum |dz|^2`` of successive positions and gradients): at equilibrium every mode
 moves about ``eps`` per step, so it is near the mean curvature (1 where the preconditioner
-fits), and an unstable mode soon dominates it. :func:`split_innovations` halves BAOAB's steps
-along the same Brownian path, so that a step method can re-run such a draw at a finer step
-without changing where its noise leads.
+fits), and an unstable mode soon dominates it; per coordinate (``path_curvature_max``, the
+largest), one stiff direction among many shows undiluted. :func:`split_innovations` halves
+BAOAB's steps along the same Brownian path, so that a step method can re-run such a draw at
+a finer step without changing where its noise leads.
 
 Eq. 15 is biased even for a Gaussian: its stationary position variance
 (:func:`eq15_position_variance`) is ``1 + eps^2/4 + O(eps^3)`` at friction 1 (1.232 at

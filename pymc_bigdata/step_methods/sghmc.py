@@ -55,7 +55,7 @@ class SGHMC(SubsamplingStep):
         many times a draw whose path was too stiff for its step is re-run from its start at
         half the step, twice the steps (the same travel time) and the same Brownian path
         (:func:`~pymc_bigdata.kernels.sghmc.split_innovations`). Too stiff: a non-finite
-        value, or a path curvature more than 1.5 times the chain's typical one
+        value, or a path curvature more than twice the chain's typical one
         (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement`). The stat
         ``step_refinements`` counts the halvings of each draw.
 
@@ -231,15 +231,15 @@ class SGHMC(SubsamplingStep):
         if self._draw_index == 0:
             self.refinement.restart()
         self._refinements = 0
-        self._run_step: float | None = None  # the step of the draw's last run
+        self._run_step = None
         while True:
             new_state, info = baoab_steps(
                 state, oracle, step, self.friction, n_steps, self.rng, noise_var,
                 last_grad=oracle.last, innovations=innovations,
             )  # fmt: skip
-            if self.tune and self._refinements == 0:
-                self.refinement.observe(self.refinement.curvature(info))
             curvature = self.refinement.curvature(info)
+            if self.tune and self._refinements == 0:
+                self.refinement.observe(curvature)
             too_stiff = self.refinement.too_stiff(curvature, step, self.step_size)
             if (info.finite and not too_stiff) or self._refinements == self.max_refinements:
                 self._run_step = step

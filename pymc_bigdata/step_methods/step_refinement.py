@@ -11,8 +11,9 @@ curvature dilutes.
 :class:`StepRefinement` compares each draw's largest per-coordinate path curvature
 (:class:`~pymc_bigdata.kernels.path_curvature.PathCurvature`) with the chain's typical one,
 the median over its last ``WINDOW`` tuning draws, and asks for half the step (twice the
-steps) while it is more than ``RATIO`` times that, or near instability outright, so that the
-local step follows ``eps sqrt(RATIO typical / curvature)``. The step method re-runs the draw
+steps) while it is more than ``RATIO`` times that (and ``eps^2`` times it above
+``MIN_STIFFNESS``), or near instability outright, so that the local step follows
+``eps sqrt(RATIO typical / curvature)``. The step method re-runs the draw
 from its start along the same Brownian path
 (:func:`~pymc_bigdata.kernels.sghmc.split_innovations`): every run covers the same travel
 time, each approximates the same exact dynamics, and a finer run replaces a coarse one only
@@ -47,6 +48,11 @@ class StepRefinement:
     #: bulk's spread about its median, so that few bulk draws are re-run
     #: (``benchmarks/results/hard_targets_refined_a.md``, ``_b.md``)
     RATIO: float = 2.0
+    #: ``eps^2`` times the path's curvature below which a path is never re-run for its ratio
+    #: alone: BAOAB is accurate there whatever the ratio, and the curvature's estimate from
+    #: noisy gradients grows noisier as the step shrinks (at a fixed step of 0.05 the
+    #: ratio alone re-ran draws for their gradient noise)
+    MIN_STIFFNESS: float = 0.25
     #: tuning draws whose path curvature sets the typical one (the last ones: the windows
     #: re-fit the preconditioner, and with it the coordinates' curvature)
     WINDOW: int = 100
@@ -85,8 +91,11 @@ class StepRefinement:
         should be re-run at half the step."""
         if not math.isfinite(path_curvature):
             return False
-        if step**2 * path_curvature > self.UNSTABLE:
+        stiffness = step**2 * path_curvature
+        if stiffness > self.UNSTABLE:
             return True
+        if stiffness <= self.MIN_STIFFNESS:
+            return False
         return path_curvature * (step / base_step) ** 2 > self.RATIO * self.typical()
 
 

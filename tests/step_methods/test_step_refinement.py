@@ -43,6 +43,16 @@ def test_a_path_is_too_stiff_beyond_its_ratio_to_the_typical_curvature_or_near_i
     assert not policy.too_stiff(math.nan, 0.5, 0.5)
 
 
+def test_a_small_step_is_not_re_run_for_its_ratio_alone():
+    """At a step of 0.05 a path 40 times as curved as the chain's typical one (``eps^2``
+    times it 0.1, below ``MIN_STIFFNESS``) is accurate enough: not re-run. Caught (watched):
+    without the floor, SGHMC at a fixed step of 0.05 re-ran draws for their gradient noise
+    (``test_ewsg.py::test_noise_is_measured_on_the_last_transition``)."""
+    policy = StepRefinement(6)
+    assert not policy.too_stiff(40.0, 0.05, 0.05)
+    assert policy.too_stiff(40.0, 0.1, 0.1)  # 0.4 above the floor, 40 > 2 x 1
+
+
 @pytest.mark.parametrize("bad", [-1, 2.0, True, "6"])
 def test_max_refinements_must_be_a_non_negative_int(bad):
     with pytest.raises(ValueError, match="max_refinements must be"):
