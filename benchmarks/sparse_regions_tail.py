@@ -21,7 +21,10 @@ less gradient noise (``batch_size`` N or 5,000, ``noise_bound=0.01``), a small f
 
 ``--refinement`` runs SGHMC's defaults with and without the re-run of stiff draws
 (``max_refinements=0``) on both forms of the model at seeds 1-4, 2 chains of 10,000 draws each
-(``results/sparse_regions_tail_refinement.{md,json}``).
+(``results/sparse_regions_tail_refinement.{md,json}``); with ``--sgld``, SGLD at
+``max_refinements=6`` and 0, one form per run of the script (``--form centred`` or
+``non-centred``; ``results/sparse_regions_tail_refinement_sgld_<form>.{md,json}``, about 25
+minutes each).
 
 ``--nuts`` runs PyMC's own NUTS on the non-centred model as written, at ``pm.sample``'s
 defaults (2 chains of 1,000 draws after 1,000 tuning draws) and seeds 2026-2028: what an exact
@@ -114,16 +117,17 @@ def long_run(
     *,
     centred: bool = False,
     seed: int = 7,
+    sampler: type = pmbd.SGHMC,
 ) -> dict:
-    """One SGHMC run (by default on the non-centred model); ``log tau_b``'s sd ratio and tail
-    shares."""
+    """One run of ``sampler`` (by default SGHMC on the non-centred model); ``log tau_b``'s sd
+    ratio and tail shares."""
     default = coordinates.PARENT_SCALE_SDS
     if parent_scale_sds is not None:
         coordinates.PARENT_SCALE_SDS = parent_scale_sds
     try:
         model = sparse_regions(centred=centred)
         start = time.perf_counter()
-        step = pmbd.SGHMC(model=model, **kwargs)
+        step = sampler(model=model, **kwargs)
     finally:
         coordinates.PARENT_SCALE_SDS = default
     with model, warnings.catch_warnings(record=True) as caught:
@@ -139,22 +143,41 @@ def long_run(
         )
     alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
     stats = idata.sample_stats
-    return tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref) | {
+    return tail_row(f"{sampler.__name__}, {label}", idata, time.perf_counter() - start, ref) | {
         "alarms": alarms,
         "divergences": int(stats["diverging"].values.sum()),
-        "refined_draws": int((stats["step_refinements"].values > 0).sum()),
+        "refined_draws": int((stats["step_refinements"].values > 0).sum())
+        if "step_refinements" in stats
+        else 0,
     }
 
 
-def refinement_runs(ref: dict) -> list[dict]:
-    """SGHMC's defaults with and without re-runs of stiff draws, both forms, seeds 1-4."""
+def refinement_runs(
+    ref: dict, sampler: type = pmbd.SGHMC, forms: tuple[bool, ...] = (True, False)
+) -> list[dict]:
+    """``sampler``'s defaults (SGHMC) or ``max_refinements=6`` (SGLD) against
+    ``max_refinements=0``, the forms given (centred: True), seeds 1-4."""
+    settings = (("defaults", {}), ("max_refinements=0", {"max_refinements": 0}))
+    if sampler is not pmbd.SGHMC:
+        settings = (("max_refinements=6", {"max_refinements": 6}),) + settings[1:]
     runs = []
-    for centred in (True, False):
+    for centred in forms:
         for seed in (1, 2, 3, 4):
-            for label, kwargs in (("defaults", {}), ("max_refinements=0", {"max_refinements": 0})):
+            for label, kwargs in settings:
                 form = "centred" if centred else "non-centred"
                 label = f"{label}, {form}, seed {seed}"
-                runs.append(long_run(label, 10_000, kwargs, None, ref, centred=centred, seed=seed))
+                runs.append(
+                    long_run(
+                        label,
+                        10_000,
+                        kwargs,
+                        None,
+                        ref,
+                        centred=centred,
+                        seed=seed,
+                        sampler=sampler,
+                    )  # fmt: skip
+                )
                 print(runs[-1], flush=True)
     return runs
 
@@ -197,7 +220,7 @@ def tail_row(label: str, idata, seconds: float, ref: dict) -> dict:
 def report(summary: dict, runs: list[dict], commit: str) -> str:
     """The results as markdown."""
     lines = [
-        f"# `log tau_b` of `sparse_regions`: the exact tail and SGHMC (pymc_bigdata at {commit})",
+        f"# `log tau_b` of `sparse_regions`: the exact tail and the runs (pymc_bigdata at {commit})",
         "",
         f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
         f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
@@ -251,8 +274,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--refinement", action="store_true", help="SGHMC with and without re-runs, seeds 1-4"
     )
+    parser.add_argument("--sgld", action="store_true", help="with --refinement: SGLD")
+    parser.add_argument("--form", choices=("centred", "non-centred"), help="with --sgld")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.sgld and not (args.refinement and args.form):
+        parser.error("--sgld needs --refinement and --form")
     out = args.out or (
         "sparse_regions_tail_nuts"
         if args.nuts
@@ -260,6 +287,8 @@ def main(argv=None) -> None:
         if args.refinement
         else "sparse_regions_tail"
     )
+    if args.sgld:
+        out = args.out or f"sparse_regions_tail_refinement_sgld_{args.form}"
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -269,6 +298,8 @@ def main(argv=None) -> None:
         for seed in (2026, 2027, 2028):
             runs.append(nuts_run(seed, summary))
             print(runs[-1], flush=True)
+    elif args.sgld:
+        runs = refinement_runs(summary, pmbd.SGLD, (args.form == "centred",))
     elif args.refinement:
         runs = refinement_runs(summary)
     elif not args.no_runs:

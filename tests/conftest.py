@@ -127,6 +127,17 @@ def small_logistic():
     return logistic_model(*logistic_data(5_000, 3, seed=11))
 
 
+@pytest.fixture(scope="session")
+def noisy_normal():
+    """y_i ~ N(mu, 1), mu ~ N(0, 10), N = 20,000; analytic posterior."""
+    y = np.random.default_rng(31).normal(0.3, 1.0, size=20_000)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    precision = 1 / 100 + len(y)
+    return model, pmbd.MinibatchModel(model), y.sum() / precision, 1 / np.sqrt(precision)
+
+
 class MapSearchRan(Exception):
     """Raised by :func:`layer_without_map_search`'s layer when anything starts a MAP search."""
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-__all__ = ["PathCurvature"]
+__all__ = ["PathCurvature", "UntrackedPath", "path_curvature"]
 
 
 class PathCurvature:
@@ -50,3 +50,26 @@ class PathCurvature:
         if not (np.all(travel > 0.0) and np.all(np.isfinite(self.bend))):
             return math.nan
         return float(np.max(np.asarray(self.bend) / travel))
+
+
+class UntrackedPath:
+    """A path whose curvature nobody reads (no re-runs at a finer step): :meth:`add` does
+    nothing, so that the integrators' hot loop pays nothing for it; the values are NaN."""
+
+    def add(self, z: np.ndarray, g: np.ndarray) -> None:
+        """Nothing to record."""
+
+    def value(self) -> float:
+        """NaN: not tracked."""
+        return math.nan
+
+    def largest(self) -> float:
+        """NaN: not tracked."""
+        return math.nan
+
+
+def path_curvature(
+    track: bool, z: np.ndarray | None = None, g: np.ndarray | None = None
+) -> PathCurvature | UntrackedPath:
+    """A :class:`PathCurvature` from ``(z, g)`` where ``track``, else an :class:`UntrackedPath`."""
+    return PathCurvature(z, g) if track else UntrackedPath()

@@ -216,6 +216,7 @@ class SGHMC(SubsamplingStep):
                 self.rng,
                 noise_var,
                 last_grad=oracle.last,
+                track_curvature=False,
             )
         self._state = new_state if info.finite else None
         self._noise_clipped = info.noise_clipped
@@ -226,28 +227,27 @@ class SGHMC(SubsamplingStep):
     ) -> tuple[SGHMCState, Any]:
         """BAOAB from ``state``, re-run from it at half the step (twice the steps, the same
         Brownian path) while its path is too stiff, at most ``max_refinements`` times."""
-        step, n_steps = self.step_size, self.inner_steps
-        innovations = self.rng.standard_normal((n_steps, state.position.shape[0]))
         if self._draw_index == 0:
             self.refinement.restart()
-        self._refinements = 0
-        self._run_step = None
-        while True:
-            new_state, info = baoab_steps(
+
+        def run_at(step: float, n_steps: int, innovations: np.ndarray) -> tuple[SGHMCState, Any]:
+            return baoab_steps(
                 state, oracle, step, self.friction, n_steps, self.rng, noise_var,
                 last_grad=oracle.last, innovations=innovations,
             )  # fmt: skip
-            curvature = self.refinement.curvature(info)
-            if self.tune and self._refinements == 0:
-                self.refinement.observe(curvature)
-            too_stiff = self.refinement.too_stiff(curvature, step, self.step_size)
-            if (info.finite and not too_stiff) or self._refinements == self.max_refinements:
-                self._run_step = step
-                return new_state, info
-            innovations = split_innovations(innovations, step, self.friction, self.rng)
-            step, n_steps = 0.5 * step, 2 * n_steps
-            self._refinements += 1
-            oracle.again()
+
+        innovations = self.rng.standard_normal((self.inner_steps, state.position.shape[0]))
+        new_state, info, refined = self.refinement.run(
+            run_at,
+            lambda coarse, step: split_innovations(coarse, step, self.friction, self.rng),
+            innovations,
+            self.step_size,
+            self.inner_steps,
+            observe=self.tune,
+            again=oracle.again,
+        )
+        self._refinements, self._run_step = refined
+        return new_state, info
 
     def _kinetic_energy(self) -> float:
         if self._state is None:

@@ -8,10 +8,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pymc_bigdata.adaptation import mean_share_bound
-from pymc_bigdata.kernels.sgld import sgld_steps
+from pymc_bigdata.kernels.sgld import sgld_steps, split_increments
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.progress import ProgressField
+from pymc_bigdata.step_methods.step_refinement import StepRefinement, check_max_refinements
 
 __all__ = ["SGLD"]
 
@@ -34,6 +35,18 @@ class SGLD(SubsamplingStep):
     preconditioner).  Bias: O(eps); for a Gaussian posterior the stationary variance is
     ``1 / (1 - eps lambda / 4)`` times the truth, i.e. sd ratio 1.026 at the default.
 
+    Parameters
+    ----------
+    max_refinements
+        An extension (0 turns it off, as ``PAPER_SETTINGS`` does; default 6): how many times
+        a draw whose path was too stiff for its step is re-run from its start at half the
+        step, twice the steps (the same time) and the same Brownian path
+        (:func:`~pymc_bigdata.kernels.sgld.split_increments`). Too stiff: a non-finite value,
+        ``eps kappa`` above 2 (Euler is unstable at 4), or, above ``eps kappa = 0.25``, a
+        path curvature ``kappa`` more than twice the chain's typical one
+        (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement` with
+        ``order=1``). The stat ``step_refinements`` counts the halvings of each draw.
+
     See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters
     (``batch_size``, ``step_size``, ``inner_steps``, ``preconditioner``, ``control_variates``,
     ``replace``, ``layer``).
@@ -48,7 +61,22 @@ class SGLD(SubsamplingStep):
     #: rows, the model's own coordinates, no tuning (give ``step_size``). Not built: the
     #: paper's decreasing steps ``a (b + t)^-gamma``; the step stays at the given value. The
     #: chain still starts at a draw of the MAP's Laplace fit.
-    PAPER_SETTINGS: ClassVar[dict[str, Any]] = dict(SubsamplingStep.EXTENSIONS_OFF)
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {
+        **SubsamplingStep.EXTENSIONS_OFF,
+        "max_refinements": 0,
+    }
+    #: re-runs of a too-stiff draw at a halved step (at most ``eps / 64``)
+    default_max_refinements: ClassVar[int] = 6
+
+    stats_dtypes_shapes = {
+        **SubsamplingStep.stats_dtypes_shapes,
+        "step_refinements": (np.int64, []),
+    }
+
+    def __init__(self, vars=None, *, max_refinements: int | None = None, **kwargs):
+        self.max_refinements = check_max_refinements(max_refinements, self.default_max_refinements)
+        self.refinement = StepRefinement(self.max_refinements, order=1)
+        super().__init__(vars, **kwargs)
 
     def default_inner(self) -> int:
         lam_min = self.precond.curvature_range[0]
@@ -71,10 +99,38 @@ class SGLD(SubsamplingStep):
         """Gradient noise adds ``(eps/2)^2 V`` per step to the injected ``eps``: ``eps V / 4``."""
         return step_size * np.asarray(noise_var) / 4.0
 
+    def _reset_kernel_state(self) -> None:
+        self._refinements = 0
+
     def _transitions(
         self, z0: np.ndarray, oracle: GradientOracle
     ) -> tuple[np.ndarray, bool, DrawRecord]:
-        z, info = sgld_steps(
-            z0, oracle, self.step_size, self.inner_steps, self.rng, last_grad=oracle.last
+        if not self.max_refinements:
+            z, info = sgld_steps(
+                z0, oracle, self.step_size, self.inner_steps, self.rng,
+                last_grad=oracle.last, track_curvature=False,
+            )  # fmt: skip
+            return z, info.finite, oracle.record()
+        if self._draw_index == 0:
+            self.refinement.restart()
+
+        def run_at(step: float, n_steps: int, innovations: np.ndarray) -> tuple[np.ndarray, Any]:
+            return sgld_steps(
+                z0, oracle, step, n_steps, self.rng, last_grad=oracle.last, innovations=innovations
+            )
+
+        innovations = self.rng.standard_normal((self.inner_steps, z0.shape[0]))
+        z, info, refined = self.refinement.run(
+            run_at,
+            lambda coarse, _step: split_increments(coarse, self.rng),
+            innovations,
+            self.step_size,
+            self.inner_steps,
+            observe=self.tune,
+            again=oracle.again,
         )
+        self._refinements = refined.refinements
         return z, info.finite, oracle.record()
+
+    def _extra_stats(self) -> dict[str, Any]:
+        return {"step_refinements": self._refinements}

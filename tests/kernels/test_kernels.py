@@ -20,6 +20,7 @@ import pytest
 
 from pymc_bigdata.kernels import SGHMCState, baoab_steps, sghmc_steps, sgld_steps
 from pymc_bigdata.kernels.sghmc import split_innovations
+from pymc_bigdata.kernels.sgld import split_increments
 
 N_CHAINS = 2_000  # the kernels are vectorised over a leading axis: many independent chains
 Z = 4.5
@@ -189,3 +190,53 @@ def test_the_largest_path_curvature_shows_one_stiff_coordinate_the_mean_dilutes(
     _, info = baoab_steps(state, lambda z: -curvature * z, 0.1, 1.0, 20, rng)
     assert info.path_curvature < 10.0
     assert info.path_curvature_max == pytest.approx(80.0, rel=1e-9)
+
+
+def test_sgld_path_curvature_is_the_curvature_of_a_quadratic():
+    """On ``N(0, I / 3)`` every move of SGLD sees curvature 3 (exact gradients): the path's
+    quotient is 3, in all and in every coordinate; untracked, both are NaN."""
+    rng = np.random.default_rng(11)
+    z = rng.standard_normal(20)
+    _, info = sgld_steps(z, lambda z: -3.0 * z, 0.1, 10, rng)
+    assert info.path_curvature == pytest.approx(3.0, rel=1e-9)
+    assert info.path_curvature_max == pytest.approx(3.0, rel=1e-9)
+    _, info = sgld_steps(z, lambda z: -3.0 * z, 0.1, 10, rng, track_curvature=False)
+    assert np.isnan(info.path_curvature) and np.isnan(info.path_curvature_max)
+
+
+def test_split_increments_sum_to_the_coarse_steps():
+    """Two Euler steps at ``eps / 2`` inject what one at ``eps`` did (``xi_1 + xi_2 =
+    sqrt(2) xi``), and the halves are independent standard normals; it is
+    :func:`split_innovations` at zero friction. Caught (watched): ``u`` not divided by
+    ``sqrt(2)`` (the halves' variance 1.5)."""
+    rng = np.random.default_rng(12)
+    coarse = rng.standard_normal((50_000, 2))
+    fine = split_increments(coarse, np.random.default_rng(13))
+    first, second = fine[0::2], fine[1::2]
+    np.testing.assert_allclose(first + second, np.sqrt(2.0) * coarse, atol=1e-12)
+    se = np.sqrt(2.0 / first.size)
+    for half in (first, second):
+        assert abs(half.var() - 1.0) < Z * se
+    assert abs(np.mean(first * second)) < Z / np.sqrt(first.size)
+    np.testing.assert_array_equal(
+        fine, split_innovations(coarse, 0.7, 0.0, np.random.default_rng(13))
+    )
+
+
+def test_refined_sgld_follows_the_coarse_brownian_path():
+    """From one position, SGLD at ``eps`` and at ``eps / 2`` on split increments end close
+    together (the same Brownian path; Euler's difference only); on fresh increments an O(1)
+    distance apart. Caught (watched): fresh draws in ``split_increments``."""
+    rng = np.random.default_rng(14)
+    eps, n_steps, d = 0.2, 10, 5_000
+    start = rng.standard_normal(d)
+    coarse_xi = rng.standard_normal((n_steps, d))
+    coarse, _ = sgld_steps(start, lambda z: -z, eps, n_steps, rng, innovations=coarse_xi)
+    gaps = {}
+    for label, xi in [
+        ("split", split_increments(coarse_xi, rng)),
+        ("fresh", rng.standard_normal((2 * n_steps, d))),
+    ]:
+        fine, _ = sgld_steps(start, lambda z: -z, eps / 2, 2 * n_steps, rng, innovations=xi)
+        gaps[label] = np.mean((fine - coarse) ** 2)
+    assert gaps["split"] < 0.02 and gaps["fresh"] > 0.5, gaps

@@ -13,17 +13,6 @@ from conftest import check_posterior, sample_two_chains
 import pymc_bigdata as pmbd
 
 
-@pytest.fixture(scope="module")
-def noisy_normal():
-    """y_i ~ N(mu, 1), mu ~ N(0, 10), N = 20,000; analytic posterior."""
-    y = np.random.default_rng(31).normal(0.3, 1.0, size=20_000)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 10.0)
-        pm.Normal("y", mu, 1.0, observed=y)
-    precision = 1 / 100 + len(y)
-    return model, pmbd.MinibatchModel(model), y.sum() / precision, 1 / np.sqrt(precision)
-
-
 def test_fisher_and_split_noise_estimates_agree(noisy_normal):
     """Both measurements of the gradient noise estimate the same variance.
 
