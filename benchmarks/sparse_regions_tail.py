@@ -220,7 +220,7 @@ def tail_row(label: str, idata, seconds: float, ref: dict) -> dict:
 def report(summary: dict, runs: list[dict], commit: str) -> str:
     """The results as markdown."""
     lines = [
-        f"# `log tau_b` of `sparse_regions`: the exact tail and the runs (pymc_bigdata at {commit})",
+        f"# `log tau_b` of `sparse_regions`: the exact tail, and runs (pymc_bigdata at {commit})",
         "",
         f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
         f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
