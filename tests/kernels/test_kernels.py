@@ -194,7 +194,8 @@ def test_the_largest_path_curvature_shows_one_stiff_coordinate_the_mean_dilutes(
 
 def test_sgld_path_curvature_is_the_curvature_of_a_quadratic():
     """On ``N(0, I / 3)`` every move of SGLD sees curvature 3 (exact gradients): the path's
-    quotient is 3, in all and in every coordinate; untracked, both are NaN."""
+    quotient is 3, in all and in every coordinate; untracked, both are NaN. Caught
+    (watched): each gradient paired with the position after the move."""
     rng = np.random.default_rng(11)
     z = rng.standard_normal(20)
     _, info = sgld_steps(z, lambda z: -3.0 * z, 0.1, 10, rng)
@@ -207,8 +208,8 @@ def test_sgld_path_curvature_is_the_curvature_of_a_quadratic():
 def test_split_increments_sum_to_the_coarse_steps():
     """Two Euler steps at ``eps / 2`` inject what one at ``eps`` did (``xi_1 + xi_2 =
     sqrt(2) xi``), and the halves are independent standard normals; it is
-    :func:`split_innovations` at zero friction. Caught (watched): ``u`` not divided by
-    ``sqrt(2)`` (the halves' variance 1.5)."""
+    :func:`split_innovations` at zero friction. Caught (watched): both halves
+    ``(xi + u) / sqrt(2)``; fresh draws for ``xi``."""
     rng = np.random.default_rng(12)
     coarse = rng.standard_normal((50_000, 2))
     fine = split_increments(coarse, np.random.default_rng(13))
@@ -226,7 +227,7 @@ def test_split_increments_sum_to_the_coarse_steps():
 def test_refined_sgld_follows_the_coarse_brownian_path():
     """From one position, SGLD at ``eps`` and at ``eps / 2`` on split increments end close
     together (the same Brownian path; Euler's difference only); on fresh increments an O(1)
-    distance apart. Caught (watched): fresh draws in ``split_increments``."""
+    distance apart. Caught (watched): fresh draws for ``xi`` in ``split_increments``."""
     rng = np.random.default_rng(14)
     eps, n_steps, d = 0.2, 10, 5_000
     start = rng.standard_normal(d)

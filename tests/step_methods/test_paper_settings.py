@@ -30,9 +30,9 @@ _SBPS_PAPER = {
 #: what each sampler's paper fixes besides the shared extensions, and the values it needs
 #: given (the papers tune nothing: the user gives the step)
 PAPERS = {
-    pmbd.SGLD: ({"adapt": False}, {"step_size": 1e-4}),
+    pmbd.SGLD: ({"adapt": False, "max_refinements": 0}, {"step_size": 1e-4}),
     pmbd.SGHMC: (
-        {"integrator": "sghmc", "noise_estimate": "zero", "adapt": False},
+        {"integrator": "sghmc", "noise_estimate": "zero", "adapt": False, "max_refinements": 0},
         {"learning_rate": 1e-6, "alpha": 0.1},
     ),
     pmbd.EWSG: (

@@ -10,9 +10,11 @@ import pymc_bigdata as pmbd
 
 
 def test_max_refinements_argument_errors(noisy_normal):
-    """``max_refinements``: an int >= 0 (default 6; 0 in ``PAPER_SETTINGS``)."""
+    """``max_refinements``: an int >= 0 (default 6; 0 in ``PAPER_SETTINGS``); Euler's
+    stiffness is ``eps kappa`` (order 1)."""
     model, layer, _, _ = noisy_normal
-    assert pmbd.SGLD(model=model, layer=layer).max_refinements == 6
+    step = pmbd.SGLD(model=model, layer=layer)
+    assert step.max_refinements == 6 and step.refinement.order == 1
     assert pmbd.SGLD.PAPER_SETTINGS["max_refinements"] == 0
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="max_refinements must be"):
@@ -44,9 +46,9 @@ def test_an_unstable_step_is_refined_and_samples_euler_s_posterior(noisy_normal)
 
 def test_a_tuned_step_on_a_gaussian_is_not_re_run(noisy_normal):
     """With the defaults on a Gaussian posterior (the preconditioner fits: path curvature 1
-    everywhere) no draw is re-run, and the draws are those of ``max_refinements=0`` but for
-    the split's extra random numbers, which are never drawn. Caught (watched): a ratio test
-    against a typical curvature of 0 (every draw re-run)."""
+    everywhere) no draw is re-run, and the draws are those of ``max_refinements=0``: the
+    random numbers are drawn in the same order, and a split's are never drawn. Caught
+    (watched): one extra innovation drawn per draw."""
     model, layer, _, _ = noisy_normal
     runs = [
         sample_two_chains(model, pmbd.SGLD(model=model, layer=layer, **kw), seed=3, draws=300)

@@ -53,6 +53,25 @@ def test_a_small_step_is_not_re_run_for_its_ratio_alone():
     assert policy.too_stiff(40.0, 0.1, 0.1)  # 0.4 above the floor, 40 > 2 x 1
 
 
+def test_euler_s_stiffness_is_first_order():
+    """``order=1`` (SGLD): at the base step 0.2 and typical curvature 1, 2 is allowed and 2.1
+    is not; at half the step up to 4 (not 8, as for BAOAB); ``eps kappa`` above 2 is too
+    stiff whatever the typical curvature, and below 0.25 never for the ratio alone."""
+    policy = StepRefinement(6, order=1)
+    assert not policy.too_stiff(2.0, 0.2, 0.2)
+    assert policy.too_stiff(2.1, 0.2, 0.2)
+    assert not policy.too_stiff(4.0, 0.1, 0.2)
+    assert policy.too_stiff(4.1, 0.1, 0.2)
+    assert not StepRefinement(6, order=2).too_stiff(7.9, 0.1, 0.2)
+    assert not policy.too_stiff(4.0, 0.05, 0.05)  # eps kappa 0.2: below the floor
+    for _ in range(StepRefinement.MIN_SEEN):
+        policy.observe(100.0)
+    assert not policy.too_stiff(9.9, 0.2, 0.2)
+    assert policy.too_stiff(10.1, 0.2, 0.2)  # eps kappa 2.02: near Euler's limit of 4
+    with pytest.raises(ValueError, match="order must be 1 or 2"):
+        StepRefinement(6, order=3)
+
+
 @pytest.mark.parametrize("bad", [-1, 2.0, True, "6"])
 def test_max_refinements_must_be_a_non_negative_int(bad):
     with pytest.raises(ValueError, match="max_refinements must be"):
