@@ -99,6 +99,8 @@ REFERENCE_FILE = {
 SAMPLERS = {
     "SGHMC": pmbd.SGHMC,
     "SGLD": pmbd.SGLD,
+    # the same-commit baseline of SGLD's re-runs of too-stiff draws
+    "SGLD-no-refinements": partial(pmbd.SGLD, max_refinements=0),
     "SBPS": pmbd.SBPS,
     "pSBPS": pmbd.pSBPS,
     "pSBPS-paper": partial(pmbd.pSBPS, **pmbd.pSBPS.PAPER_SETTINGS),
@@ -119,9 +121,10 @@ SAMPLERS = {
     ),
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
-#: HMC-ECS with its Taylor space forced, and the paper's plain Austerity test: run only when
-#: named
+#: HMC-ECS with its Taylor space forced, the paper's plain Austerity test and SGLD without
+#: re-runs: run only when named
 FORCED_SPACE = {
+    "SGLD-no-refinements",
     "HMCECS-inputs",
     "HMCECS-inputs-m1000",
     "HMCECS-signed-parameters",
