@@ -35,6 +35,10 @@ class SGLD(SubsamplingStep):
     preconditioner).  Bias: O(eps); for a Gaussian posterior the stationary variance is
     ``1 / (1 - eps lambda / 4)`` times the truth, i.e. sd ratio 1.026 at the default.
 
+    See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters
+    (``batch_size``, ``step_size``, ``inner_steps``, ``preconditioner``, ``control_variates``,
+    ``replace``, ``layer``).
+
     Parameters
     ----------
     max_refinements
@@ -46,10 +50,6 @@ class SGLD(SubsamplingStep):
         path curvature ``kappa`` more than twice the chain's typical one
         (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement` with
         ``order=1``). The stat ``step_refinements`` counts the halvings of each draw.
-
-    See :class:`~pymc_bigdata.step_methods.base.SubsamplingStep` for the shared parameters
-    (``batch_size``, ``step_size``, ``inner_steps``, ``preconditioner``, ``control_variates``,
-    ``replace``, ``layer``).
     """
 
     name = "sgld"
