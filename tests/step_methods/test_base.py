@@ -150,12 +150,17 @@ def test_default_assignment_never_picks_us_but_prefer_does(small_logistic):
 
 
 def test_inner_steps_control_rows_per_draw(small_logistic):
-    """inner_steps transitions per recorded draw: rows read per draw scale with it."""
+    """inner_steps transitions per recorded draw: rows read per draw scale with it; a draw
+    re-run ``k`` times at a finer step (``step_refinements``) read the rows of every run,
+    ``3 (1 + 2 + ... + 2^k)`` minibatches (with 3 steps per draw, the per-coordinate path
+    curvature is a ratio of two-term sums: some draws are re-run for its noise)."""
     model, _ = small_logistic
     step = _step(pmbd.SGLD, small_logistic, inner_steps=3)
     with model:
         idata = pm.sample(step=step, chains=1, random_seed=9, **SAMPLE_KW)
-    assert (idata.sample_stats["rows_touched"].values == 3 * 500).all()
+    halvings = idata.sample_stats["step_refinements"].values
+    expected = 3 * 500 * (2 ** (halvings + 1) - 1)
+    assert (idata.sample_stats["rows_touched"].values == expected).all()
 
 
 def test_layer_from_another_model_is_refused(small_logistic):
