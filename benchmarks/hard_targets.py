@@ -13,13 +13,15 @@ the samplers' unconstrained coordinates: max |mean error| / reference sd, the ra
 ratios, min bulk ESS, data passes (rows read over N, tuning included) and ESS per data pass,
 set-up and sampling time, the step size (SBPS: travel per draw) and control-variate order
 chosen (HMC-ECS: "(φ)" when expanded in the likelihood's inputs), the census size,
-divergences, SBPS's proposals per ESS and bound violations, and
-whether a bias alarm was raised. The Laplace fit's own errors are listed beside them, and
-the largest errors in units of the run's own Monte Carlo standard errors (ArviZ's ``mcse``
-of the mean and of the sd): a coordinate with heavy tails (``sparse_regions``' ``log tau_b``,
-kurtosis 25) has an sd that 2,000 draws cannot pin to 10 %. ``--seeds`` repeats each run at
-other seeds; the json rows keep every coordinate's errors for models of at most
-``PER_COORDINATE_UP_TO`` coordinates.
+divergences, SBPS's proposals per ESS and bound violations, and whether a bias alarm was
+raised (with PyMC's own convergence warnings beside it, since their column exists: a bulk
+ESS per chain below 100 or an R-hat above 1.01, which ``pm.sample`` reports with its default
+``compute_convergence_checks=True``). The Laplace fit's own errors are listed beside them,
+and the largest errors in units of the run's own Monte Carlo standard errors (ArviZ's
+``mcse`` of the mean and of the sd): a coordinate with heavy tails (``sparse_regions``'
+``log tau_b``, kurtosis 25) has an sd that 2,000 draws cannot pin to 10 %. ``--seeds``
+repeats each run at other seeds; the json rows keep every coordinate's errors for models of
+at most ``PER_COORDINATE_UP_TO`` coordinates.
 
     .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
     .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows --samplers SBPS
@@ -40,6 +42,7 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
+from pymc.stats.convergence import run_convergence_checks
 
 import pymc_bigdata as pmbd
 
@@ -245,6 +248,7 @@ def run_one(
         "census": len(step.census),
         "divergences": int(stats["diverging"].values.sum()),
         "bias_alarm": any(issubclass(w.category, pmbd.BiasWarning) for w in caught),
+        "pymc_warnings": pymc_convergence_warnings(idata, model),
         "map_problem": step.map_problem,
         "recentred": recentred(step.layer),
     }
@@ -302,13 +306,34 @@ def run_one(
     return out
 
 
+def pymc_convergence_warnings(idata, model) -> list[str]:
+    """What ``pm.sample``'s own convergence checks (``compute_convergence_checks=True``, its
+    default) say of the kept draws: ``"ESS"`` (a bulk ESS per chain below 100) and
+    ``"R-hat"`` (above 1.01); a user sees them beside our alarms."""
+    found = []
+    for warning in run_convergence_checks(idata, model):
+        if "effective sample size" in warning.message:
+            found.append("ESS")
+        elif "rhat" in warning.message:
+            found.append("R-hat")
+    return found
+
+
+def alarm_cell(row: dict) -> str:
+    """Our alarm, and PyMC's convergence warnings (rows run since their column exists)."""
+    ours = "yes" if row["bias_alarm"] else "no"
+    theirs = row.get("pymc_warnings")
+    return f"{ours} (PyMC: {', '.join(theirs)})" if theirs else ours
+
+
 def table(rows: list[dict]) -> str:
     head = (
         "| model | d | N | sampler | max \\|Δmean\\|/sd | sd ratio | min bulk ESS | data passes "
         "| ESS / pass | set-up (s) | sampling (s) | ε × steps | CV order | census | div. "
         "| SBPS: proposals / ESS, violations (k), missed bounces; HMC-ECS: accept, α_u, "
         "σ̂², m (λ), negative signs; EWSG: index accept, noise share; Austerity: accept, "
-        "audited decisions wrong; SGHMC: draws re-run at a finer step (most halvings) | alarm "
+        "audited decisions wrong; SGHMC, SGLD: draws re-run at a finer step (most halvings) "
+        "| alarm (PyMC's convergence warnings) "
         "| Laplace max err / sd ratio | recentred | MCSEs off: mean, sd | seed |"
     )
     lines = [head, "|" + "---|" * 21]
@@ -344,7 +369,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['setup_s']:.1f} | {r['sampling_s']:.1f} | {r['step_size']:.3g} × "
             f"{r['inner_steps']} | {r['cv_order']}{' (φ)' if r.get('taylor_inputs') else ''} "
             f"| {r['census']} | {r['divergences']} "
-            f"| {sbps} | {'yes' if r['bias_alarm'] else 'no'} | {laplace} "
+            f"| {sbps} | {alarm_cell(r)} | {laplace} "
             f"| {'yes' if r.get('recentred') else 'no'} "
             f"| {r['max_mean_z']:.1f}, {r['max_sd_z']:.1f} ({r['worst_sd_z_at']}) "
             f"| {r.get('seed', 2026)} |"

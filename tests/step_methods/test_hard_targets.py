@@ -475,13 +475,7 @@ def test_sghmc_reaches_the_regions_scales_left_tail():
     (2,353 divergences here; at seeds 1-4 its chains drew below -3 in 0.05-0.34 % of their
     draws or stuck there with thousands of divergences,
     ``benchmarks/results/sparse_regions_tail_refinement.md``)."""
-    model = sparse_regions(centred=True)
-    step = pmbd.SGHMC(model=model)
-    idata = sample_two_chains(model, step, seed=2026, draws=10_000)
-    share = float(np.mean(_unconstrained_draws(model, idata, "tau_b_log__") < -3.0))
-    exact = _exact_share_below(-3.0)
-    assert idata.sample_stats["diverging"].values.sum() == 0
-    assert share >= exact / 5, f"{share:.4%} of the draws below -3, exact {exact:.4%}"
+    _check_reaches_the_regions_scales_tail(pmbd.SGHMC, -3.0)
 
 
 def test_sgld_reaches_the_regions_scales_far_tail():
@@ -491,13 +485,19 @@ def test_sgld_reaches_the_regions_scales_far_tail():
     (``StepRefinement(order=1)``); 0.43 % here. Caught (watched): ``max_refinements=0`` (no
     draw below -4 here; none at seeds 1-4 either, where the re-runs drew 0.08-0.13 % there,
     ``benchmarks/results/sparse_regions_tail_refinement_sgld_centred.md``)."""
+    _check_reaches_the_regions_scales_tail(pmbd.SGLD, -4.0)
+
+
+def _check_reaches_the_regions_scales_tail(sampler: type, threshold: float) -> None:
+    """``sampler``'s defaults, 2 x 10,000 draws of the centred ``sparse_regions`` at seed
+    2026: no divergence, and ``log tau_b`` below ``threshold`` at least a fifth as often as
+    in the exact posterior."""
     model = sparse_regions(centred=True)
-    step = pmbd.SGLD(model=model)
-    idata = sample_two_chains(model, step, seed=2026, draws=10_000)
-    share = float(np.mean(_unconstrained_draws(model, idata, "tau_b_log__") < -4.0))
-    exact = _exact_share_below(-4.0)
+    idata = sample_two_chains(model, sampler(model=model), seed=2026, draws=10_000)
+    share = float(np.mean(_unconstrained_draws(model, idata, "tau_b_log__") < threshold))
+    exact = _exact_share_below(threshold)
     assert idata.sample_stats["diverging"].values.sum() == 0
-    assert share >= exact / 5, f"{share:.4%} of the draws below -4, exact {exact:.4%}"
+    assert share >= exact / 5, f"{share:.4%} of the draws below {threshold}, exact {exact:.4%}"
 
 
 def test_hmcecs_perturbed_on_recentred_groups_expands_in_their_inputs():
