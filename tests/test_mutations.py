@@ -166,8 +166,8 @@ MUTATIONS = [
     Mutation(
         "sgld-noise-variance-halved",
         "kernels/sgld.py",
-        "noise = rng.standard_normal((n_steps, position.shape[0])) * np.sqrt(step_size)",
-        "noise = rng.standard_normal((n_steps, position.shape[0])) * np.sqrt(0.5 * step_size)",
+        "noise = innovations * np.sqrt(step_size)",
+        "noise = innovations * np.sqrt(0.5 * step_size)",
         (f"{KERNELS}::test_sgld_stationary_variance_matches_formula",),
     ),
     Mutation(

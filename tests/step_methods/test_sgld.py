@@ -10,10 +10,11 @@ import pymc_bigdata as pmbd
 
 
 def test_max_refinements_argument_errors(noisy_normal):
-    """``max_refinements``: an int >= 0 (default 6; 0 in ``PAPER_SETTINGS``); Euler's
+    """``max_refinements``: an int >= 0 (default 0, as in ``PAPER_SETTINGS``); Euler's
     stiffness is ``eps kappa`` (order 1)."""
     model, layer, _, _ = noisy_normal
-    step = pmbd.SGLD(model=model, layer=layer)
+    assert pmbd.SGLD(model=model, layer=layer).max_refinements == 0
+    step = pmbd.SGLD(model=model, layer=layer, max_refinements=6)
     assert step.max_refinements == 6 and step.refinement.order == 1
     assert pmbd.SGLD.PAPER_SETTINGS["max_refinements"] == 0
     for bad in (-1, 1.5, True):
@@ -30,9 +31,8 @@ def test_an_unstable_step_is_refined_and_samples_euler_s_posterior(noisy_normal)
     inflated draws), and the bias alarm says the draws are too dispersed. Caught
     (watched): with ``max_refinements=0`` every draw diverges."""
     model, layer, mean, sd = noisy_normal
-    step = pmbd.SGLD(
-        model=model, layer=layer, step_size=4.4, inner_steps=4, batch_size=20_000, adapt=False
-    )
+    settings = {"step_size": 4.4, "inner_steps": 4, "batch_size": 20_000, "adapt": False}
+    step = pmbd.SGLD(model=model, layer=layer, max_refinements=6, **settings)
     with pytest.warns(pmbd.BiasWarning, match="too dispersed"):
         idata = sample_two_chains(model, step, seed=5)
     refinements = idata.sample_stats["step_refinements"].values
@@ -45,14 +45,14 @@ def test_an_unstable_step_is_refined_and_samples_euler_s_posterior(noisy_normal)
 
 
 def test_a_tuned_step_on_a_gaussian_is_not_re_run(noisy_normal):
-    """With the defaults on a Gaussian posterior (the preconditioner fits: path curvature 1
+    """With re-runs on a Gaussian posterior (the preconditioner fits: path curvature 1
     everywhere) no draw is re-run, and the draws are those of ``max_refinements=0``: the
     random numbers are drawn in the same order, and a split's are never drawn. Caught
     (watched): one extra innovation drawn per draw."""
     model, layer, _, _ = noisy_normal
     runs = [
         sample_two_chains(model, pmbd.SGLD(model=model, layer=layer, **kw), seed=3, draws=300)
-        for kw in ({}, {"max_refinements": 0})
+        for kw in ({"max_refinements": 6}, {"max_refinements": 0})
     ]
     assert not runs[0].sample_stats["step_refinements"].values.any()
     np.testing.assert_array_equal(runs[0].posterior["mu"].values, runs[1].posterior["mu"].values)
