@@ -50,9 +50,10 @@ class SGLD(SubsamplingStep):
         path curvature ``kappa`` more than twice the chain's typical one
         (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement` with
         ``order=1``). The stat ``step_refinements`` counts the halvings of each draw. Off by
-        default because Euler's bias is first order in the step: on a skewed posterior
-        (``rare_event_logistic``) the re-runs let tuning keep the default step where
-        divergences had halved it, and the mean moved by about 0.035 sd (``docs/sgld.md``).
+        default: measured, they help only in a stiff tail (``sparse_regions``); on a skewed
+        posterior (``rare_event_logistic``) they let tuning keep the default step where
+        divergences had halved it, and with it Euler's first-order inflation of the sds
+        (2.5 % there; ``docs/sgld.md``).
     """
 
     name = "sgld"
