@@ -84,9 +84,10 @@ def test_parquet_files_read_as_their_rows(data):
 def test_a_pass_over_parquet_keeps_no_arrow_memory(data):
     """After a full pass only the block cache holds rows: the readers keep no row groups
     (pyarrow's pre_buffer cache grew by a row group per read, 0.7 GB over 10^7 rows).
-    Measured after ``gc.collect()`` both times: at 39a5980 a fresh-clone CI read 14,976
-    bytes more without it (garbage from the pass or from earlier tests in the worker, left to
-    the collector). Caught (watched, with the collections): ``pre_buffer=True``, 13,696."""
+    Measured after ``gc.collect()`` both times, so that uncollected garbage does not count:
+    at 39a5980 a fresh-clone CI read 14,976 bytes without it (not reproduced; garbage is the
+    suspect, not shown). Caught (watched, with the collections): ``pre_buffer=True``,
+    13,696."""
     _, _, path, _ = data
     column = as_column(str(path / "rows"), "X", columns=["a", "b", "c"])
     gc.collect()  # what is kept, not garbage not yet collected (earlier tests' or the pass's)
