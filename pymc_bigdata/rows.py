@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.index_samplers import (
     DEFAULT_ACTIVE_BLOCKS,
     DEFAULT_REUSE,
@@ -103,6 +104,9 @@ class RowSource:
         self.progress = bool(progress)
         #: rows read by full-data passes so far (streamed or reduced by dask)
         self.rows_streamed = 0
+        #: whether a complete pass has checked every row for NaN and infinities; until then
+        #: every block read is checked (:meth:`check_finite`)
+        self.verified = False
         blocked = [c for c in self.columns if getattr(c, "gather", c.default_gather) == "blocks"]
         #: ``"rows"`` (uniform minibatches) or ``"blocks"`` (rows inside cached blocks)
         self.gather = "blocks" if blocked else "rows"
@@ -145,8 +149,12 @@ class RowSource:
         return all(isinstance(c, ArrayColumn) for c in self.columns)
 
     def take(self, row_indices: np.ndarray) -> list[np.ndarray]:
-        """Gather the given rows of every array (a copy, in the order given)."""
-        return _cast([c.take(row_indices) for c in self.columns], self._out_dtypes)
+        """Gather the given rows of every array (a copy, in the order given); refused where
+        they hold NaN or infinities and no complete pass has checked the data yet."""
+        rows = _cast([c.take(row_indices) for c in self.columns], self._out_dtypes)
+        if not self.verified:
+            self._refuse_nonfinite(_nonfinite_counts(*rows))
+        return rows
 
     def subsample(self, n: int, rng: np.random.Generator) -> list[np.ndarray]:
         """About ``n`` random rows (sorted): uniform rows, or with a block gather the rows
@@ -198,9 +206,13 @@ class RowSource:
         with bar:
             for start in range(0, self.n_rows, chunk_rows):
                 stop = min(start + chunk_rows, self.n_rows)
-                yield _cast([c.read_pass(start, stop) for c in self.columns], self._out_dtypes)
+                rows = _cast([c.read_pass(start, stop) for c in self.columns], self._out_dtypes)
+                if not self.verified:
+                    self._refuse_nonfinite(_nonfinite_counts(*rows))
+                yield rows
                 self.rows_streamed += stop - start
                 bar.update(stop - start)
+        self.verified = True  # a complete pass: every row was checked
 
     def reduce(
         self, fn: Callable[..., Any], args: Sequence[Any], chunk_rows: int, desc: str
@@ -214,6 +226,8 @@ class RowSource:
         (:class:`pymc_bigdata.model.compiled.ChunkFunction` does). Otherwise the pass streams here.
         """
         if any(isinstance(c, DaskColumn) for c in self.columns):
+            if not self.verified:  # the workers' blocks are not seen here: a pass of its own
+                self._check_on_dask()
             self.rows_streamed += self.n_rows
             return _dask_reduce(self.columns, fn, args, chunk_rows, self._out_dtypes)
         total = None
@@ -221,10 +235,32 @@ class RowSource:
             total = _add(total, fn(*args, *rows))
         return total
 
-    def all_finite(self) -> dict[str, bool]:
-        """Whether each floating array is free of NaN and infinities (one streamed pass)."""
-        counts = self.reduce(_nonfinite_counts, (), DEFAULT_CHECK_ROWS, "checking data")
-        return {c.name: int(n) == 0 for c, n in zip(self.columns, counts)}
+    def check_finite(self) -> None:
+        """Refuse data with NaN or infinite values, naming the arrays: one pass over the
+        rows, or none where a complete pass has checked them already (every full-data pass
+        checks the blocks it reads until one has read them all: the MAP search's first)."""
+        if self.verified:
+            return
+        if any(isinstance(c, DaskColumn) for c in self.columns):
+            self._check_on_dask()
+            return
+        for _ in self.chunks(DEFAULT_CHECK_ROWS, "checking data"):
+            pass
+
+    def _check_on_dask(self) -> None:
+        counts = _dask_reduce(
+            self.columns, _nonfinite_counts, (), DEFAULT_CHECK_ROWS, self._out_dtypes
+        )
+        self.rows_streamed += self.n_rows
+        self._refuse_nonfinite(counts)
+        self.verified = True
+
+    def _refuse_nonfinite(self, counts: np.ndarray) -> None:
+        bad = [c.name for c, n in zip(self.columns, counts) if int(n) > 0]
+        if bad:
+            raise ModelNotSupportedError(
+                f"Row data {bad} contain NaN or infinite values. Drop or impute those rows first."
+            )
 
 
 #: seconds a full-data pass runs before its progress bar appears

@@ -145,7 +145,7 @@ def test_bad_data_gets_a_clear_error_naming_the_array(data, tmp_path):
     )
     store[:] = bad
     with pytest.raises(ModelNotSupportedError, match=r"\['X'\].*NaN"):
-        pmbd.MinibatchModel(logistic(tmp_path / "bad.zarr", y))
+        pmbd.MinibatchModel(logistic(tmp_path / "bad.zarr", y)).map_estimate()
     with pytest.raises(FileNotFoundError, match="'X'"):
         logistic(tmp_path / "missing.zarr", y)
     for kwargs, argument in (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_bigdata import RowIndexSampler, RowSource
+from pymc_bigdata import ModelNotSupportedError, RowIndexSampler, RowSource
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
 
 
@@ -48,14 +48,45 @@ def test_chunks_partition_the_rows_in_order(source):
     assert len(list(rows.chunks(1000))) == 1
 
 
-def test_all_finite_flags_each_float_array():
-    """all_finite reports NaN / inf per floating array; integer arrays are always finite."""
+def test_check_finite_names_each_float_array_with_nan_or_inf():
+    """NaN / inf are refused per floating array, by name; integer arrays are always finite."""
     y = np.ones(10)
     y[3] = np.nan
     x = np.ones((10, 2))
     x[9, 1] = -np.inf
     rows = RowSource([y, x, np.arange(10), np.ones(10)], ["y", "X", "k", "w"])
-    assert rows.all_finite() == {"y": False, "X": False, "k": True, "w": True}
+    with pytest.raises(ModelNotSupportedError, match=r"\['y', 'X'\] contain NaN or infinite"):
+        rows.check_finite()
+    with pytest.raises(ModelNotSupportedError, match=r"\['y'\]"):
+        rows.take(np.array([2, 3]))
+    assert not rows.verified
+
+
+def test_a_complete_pass_checks_the_rows_once():
+    """Every block a pass reads is checked until one pass has read them all; then
+    ``check_finite`` reads nothing (the set-up's separate check pass is gone) and ``take``
+    checks nothing. A pass stopped early checks only what it read. Caught: ``verified`` set
+    before the pass's last block (a NaN there is missed); ``check_finite`` re-reading
+    checked rows."""
+    x = np.ones((100, 2))
+    x[95, 0] = np.nan
+    rows = RowSource([x], ["X"])
+    first = next(rows.chunks(25))  # a partial pass (e.g. the factorisation check's block)
+    assert len(first[0]) == 25 and not rows.verified
+    with pytest.raises(ModelNotSupportedError, match=r"\['X'\]"):
+        for _ in rows.chunks(25):
+            pass
+    assert not rows.verified
+
+    clean = RowSource([np.ones((100, 2))], ["X"])
+    for _ in clean.chunks(25):
+        pass
+    assert clean.verified and clean.rows_streamed == 100
+    clean.check_finite()
+    assert clean.rows_streamed == 100
+    fresh = RowSource([np.ones((100, 2))], ["X"])
+    fresh.check_finite()
+    assert fresh.verified and fresh.rows_streamed == 100
 
 
 def test_row_source_rejects_mismatched_arrays():

@@ -53,9 +53,10 @@ def compact(matrix: np.ndarray | None):
 
 
 def map_anchor(fit: MapResult) -> Anchor:
-    """The control-variate anchor at the MAP ``fit``, with its curvature when dense."""
+    """The control-variate anchor at the MAP ``fit`` (where its full-data sums were read,
+    ``fit.sums_point``), with its curvature when dense."""
     return Anchor(
-        theta=fit.theta,
+        theta=fit.theta if fit.sums_point is None else fit.sums_point,
         loglik=fit.loglik,
         loglik_grad=fit.loglik_grad,
         curvature_point=fit.hessian_point if fit.loglik_hessian is not None else None,

@@ -4,7 +4,9 @@ Every check raises :class:`~pymc_bigdata.ModelNotSupportedError` (or ``ValueErro
 variables that are not the model's): discrete variables given to a continuous step and vice
 versa, local latent variables, missing values, observed data without a common row axis,
 Deterministics computed from the rows.  The check that needs the compiled log-likelihood
-(does it factor over rows?) is :func:`pymc_bigdata.model.passes.check_row_factorisation`.
+(does it factor over rows?) is :func:`pymc_bigdata.model.passes.check_row_factorisation`;
+NaN and infinities in the rows are refused by the row source as it reads them
+(:meth:`pymc_bigdata.rows.RowSource.check_finite`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ from pytensor.tensor.sharedvar import TensorSharedVariable
 
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.model.row_data import data_value, row_count, strip_minibatch
-from pymc_bigdata.rows import RowSource
 
 __all__ = [
     "check_deterministics_not_per_row",
-    "check_finite_rows",
     "check_free_vars_not_per_row",
     "check_no_missing_values",
     "check_vars",
@@ -158,12 +158,3 @@ def check_no_missing_values(model: pm.Model) -> None:
                     f"Observed variable {rv.name!r} has missing or non-finite values "
                     "(NaN/inf/masked). Drop those rows before building the model."
                 )
-
-
-def check_finite_rows(rows: RowSource) -> None:
-    """Refuse row data (covariates included) with NaN or infinite values."""
-    bad = [name for name, ok in rows.all_finite().items() if not ok]
-    if bad:
-        raise ModelNotSupportedError(
-            f"Row data {bad} contain NaN or infinite values. Drop or impute those rows first."
-        )

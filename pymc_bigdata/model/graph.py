@@ -28,7 +28,6 @@ from pymc_bigdata.data import row_column
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.model.checks import (
     check_deterministics_not_per_row,
-    check_finite_rows,
     check_free_vars_not_per_row,
     check_no_missing_values,
     check_vars,
@@ -122,7 +121,6 @@ class ModelGraph:
             if isinstance(v, TensorSharedVariable) and row_column(v) is None
         ]
         self.rows = RowSource(arrays, names, dtypes=[v.dtype for v in row_vars])
-        check_finite_rows(self.rows)
         self.row_inputs = row_inputs
 
         row_terms = []

@@ -188,6 +188,7 @@ class AusterityGibbs(ArrayStepShared):
         elif layer.model is not model or not layer.discrete:
             raise ValueError("layer= must be a MinibatchModel(model, vars, discrete=True).")
         self.layer = layer
+        layer.rows.check_finite()  # before sampling: no minibatch meets a NaN row mid-chain
         if batch_size is None:
             batch_size = min(DEFAULT_TEST_BATCH, layer.n_rows)
         check_batch_size(batch_size, layer.n_rows)

@@ -194,6 +194,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self.layer = sampling_layer(self.layer, check_reparameterize(reparameterize))
         self._use(self._fit_configuration())
         census = find_census(self.layer, census, settings.batch_size, self.laplace, self.anchor)
+        self.layer.rows.check_finite()  # no pass where the MAP search's passes checked the rows
         self.step_size = settings.step_size or self.default_step()
         self.inner_steps = settings.inner_steps or min(self.default_inner(), self.max_inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
