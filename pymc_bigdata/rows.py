@@ -14,6 +14,7 @@ The minibatch index samplers (:class:`RowIndexSampler`, :class:`BlockIndexSample
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -192,8 +193,9 @@ class RowSource:
 
     def chunks(self, chunk_rows: int, desc: str = "full-data pass") -> Iterator[list[np.ndarray]]:
         """Yield consecutive row blocks of at most ``chunk_rows`` rows, with a progress bar
-        when the pass takes more than ``PROGRESS_DELAY`` seconds. Memory is bounded by one
-        block (in-memory arrays give views, no copy)."""
+        when the pass takes more than ``PROGRESS_DELAY`` seconds. Memory is bounded by two
+        blocks (in-memory arrays give views, no copy; out of memory the next block is read
+        while the caller works on this one)."""
         bar = tqdm(
             total=self.n_rows,
             desc=desc,
@@ -204,15 +206,37 @@ class RowSource:
             disable=not self.progress,
         )
         with bar:
-            for start in range(0, self.n_rows, chunk_rows):
-                stop = min(start + chunk_rows, self.n_rows)
-                rows = _cast([c.read_pass(start, stop) for c in self.columns], self._out_dtypes)
+            for start, stop, rows in self._blocks_in_order(chunk_rows):
                 if not self.verified:
                     self._refuse_nonfinite(_nonfinite_counts(*rows))
                 yield rows
                 self.rows_streamed += stop - start
                 bar.update(stop - start)
         self.verified = True  # a complete pass: every row was checked
+
+    def _blocks_in_order(self, chunk_rows: int) -> Iterator[tuple[int, int, list[np.ndarray]]]:
+        """``(start, stop, rows)`` of consecutive blocks. Out of memory, the next block is
+        read on a second thread while the caller works on this one (two blocks in memory):
+        decoding and copying overlap the pass's arithmetic."""
+        bounds = [
+            (start, min(start + chunk_rows, self.n_rows))
+            for start in range(0, self.n_rows, chunk_rows)
+        ]
+
+        def read(start: int, stop: int) -> list[np.ndarray]:
+            return _cast([c.read_pass(start, stop) for c in self.columns], self._out_dtypes)
+
+        if self.in_memory or len(bounds) < 2:
+            for start, stop in bounds:
+                yield start, stop, read(start, stop)
+            return
+        with ThreadPoolExecutor(max_workers=1) as reader:
+            pending = reader.submit(read, *bounds[0])
+            for k, (start, stop) in enumerate(bounds):
+                rows = pending.result()
+                if k + 1 < len(bounds):
+                    pending = reader.submit(read, *bounds[k + 1])
+                yield start, stop, rows
 
     def reduce(
         self, fn: Callable[..., Any], args: Sequence[Any], chunk_rows: int, desc: str

@@ -364,6 +364,23 @@ class MinibatchModel:
         streamed pass of bounded memory (:func:`~pymc_bigdata.model.passes.select_influential`)."""
         return select_influential(self.passes.influence_chunks(theta, directions), factor, cap)
 
+    def anchor_with_census(
+        self,
+        theta: np.ndarray,
+        curvature_from: Anchor | None,
+        directions: list[np.ndarray],
+        factor: float,
+        cap: int,
+    ) -> tuple[Anchor, np.ndarray]:
+        """:meth:`anchor_at` ``theta`` and :meth:`influential_rows` there, from one read of
+        the rows (:meth:`FullDataPasses.loglik_grad_and_influential`)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        loglik, loglik_grad, rows = self.passes.loglik_grad_and_influential(
+            theta, directions, factor, cap
+        )
+        anchor = anchor_at(theta, lambda _: (loglik, loglik_grad), curvature_from)
+        return anchor, rows
+
     # ------------------------------------------------------------------ the Laplace fit
     def find_map(self, start: np.ndarray | None = None, maxiter: int = 500) -> MapResult:
         """Maximise the full-data log posterior; the Laplace precision at the mode and its

@@ -52,7 +52,7 @@ from pymc_bigdata.step_methods.settings import (
     check_shared_settings,
     step_layer,
 )
-from pymc_bigdata.step_methods.start import chain_start, find_census, starting_fit
+from pymc_bigdata.step_methods.start import anchor_and_census, chain_start, starting_fit
 from pymc_bigdata.step_methods.step_size import NoiseLimitedStepSize, require_noise_model
 
 __all__ = ["Preconditioner", "SubsamplingStep"]
@@ -192,8 +192,10 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self._fixed_inner = settings.inner_steps is not None
         self._check_layer_settings()
         self.layer = sampling_layer(self.layer, check_reparameterize(reparameterize))
-        self._use(self._fit_configuration())
-        census = find_census(self.layer, census, settings.batch_size, self.laplace, self.anchor)
+        config, census = anchor_and_census(
+            self.layer, self._fit_configuration(), census, settings.batch_size
+        )
+        self._use(config)
         self.layer.rows.check_finite()  # no pass where the MAP search's passes checked the rows
         self.step_size = settings.step_size or self.default_step()
         self.inner_steps = settings.inner_steps or min(self.default_inner(), self.max_inner_steps)

@@ -19,9 +19,10 @@ from pymc_bigdata.step_methods.preconditioner import Preconditioner
 __all__ = [
     "CENSUS_DIRECTIONS",
     "CENSUS_FACTOR",
+    "anchor_and_census",
+    "census_directions",
     "census_rows",
     "chain_start",
-    "find_census",
     "starting_fit",
 ]
 
@@ -92,18 +93,35 @@ def fallback_anchor(layer: MinibatchModel, center: np.ndarray) -> tuple[Anchor, 
     return anchor, np.maximum(diag, floor)
 
 
-def find_census(
-    layer: MinibatchModel,
-    enabled: bool,
-    batch_size: int,
-    laplace: Preconditioner,
-    anchor: Anchor | None,
-) -> np.ndarray:
-    """Indices of the census stratum (:func:`census_rows`; empty when disabled, without
-    control variates, when a minibatch is all rows, or when no row stands out)."""
-    if not enabled or batch_size >= layer.n_rows or anchor is None:
-        return np.empty(0, dtype=np.int64)
-    return census_rows(layer, laplace, anchor.theta, batch_size)
+def anchor_and_census(
+    layer: MinibatchModel, config: Configuration, enabled: bool, batch_size: int
+) -> tuple[Configuration, np.ndarray]:
+    """The configuration with its anchor at the Laplace fit's centre, and the indices of the
+    census stratum (:func:`census_rows`; empty when disabled, without control variates, when
+    a minibatch is all rows, or when no row stands out), from at most one pass.
+
+    Where the MAP search took its last Newton step without a pass
+    (:attr:`~pymc_bigdata.model.laplace.MapResult.sums_point`), the fit's anchor sits where
+    the full-data sums were read, up to 2 posterior sds from the mode (10^8 rows, d = 10:
+    1.05), and the chains' tuning then moved it (a pass per chain). It moves to the fit's
+    centre here, in the census's pass, keeping the Hessian where it was read: the
+    second-order correction is exact with a Hessian taken elsewhere.
+    """
+    anchor = config.anchor
+    move = anchor is not None and not np.array_equal(anchor.theta, config.laplace.center)
+    census = enabled and batch_size < layer.n_rows and anchor is not None
+    if not census:
+        if move:
+            anchor = layer.anchor_at(config.laplace.center, curvature_from=anchor)
+        return config._replace(anchor=anchor), np.empty(0, dtype=np.int64)
+    if not move:
+        return config, census_rows(layer, config.laplace, anchor.theta, batch_size)
+    directions = census_directions(layer, config.laplace)
+    with np.errstate(all="ignore"):
+        anchor, rows = layer.anchor_with_census(
+            config.laplace.center, anchor, directions, CENSUS_FACTOR, _census_cap(layer, batch_size)
+        )
+    return config._replace(anchor=anchor), rows
 
 
 def chain_start(
@@ -124,17 +142,28 @@ def chain_start(
     return draw
 
 
+def census_directions(layer: MinibatchModel, laplace: Preconditioner) -> list[np.ndarray]:
+    """``CENSUS_DIRECTIONS`` typical displacements of the Laplace fit, along which
+    :func:`census_rows` measures each row's control-variate residual."""
+    rng = np.random.default_rng(20260611)  # set-up, not sampling: the same for every chain
+    return [
+        laplace.theta(rng.standard_normal(layer.dim)) - laplace.center
+        for _ in range(CENSUS_DIRECTIONS)
+    ]
+
+
 def census_rows(
     layer: MinibatchModel, laplace: Preconditioner, anchor_theta: np.ndarray, batch_size: int
 ) -> np.ndarray:
     """Rows whose control-variate residuals move ``CENSUS_FACTOR`` times more than the mean
     along ``CENSUS_DIRECTIONS`` typical displacements of the Laplace fit (e.g. the rows of a
     rare feature or a tiny group); at most ``batch_size // 2`` and ``N - batch_size``."""
-    rng = np.random.default_rng(20260611)  # set-up, not sampling: the same for every chain
-    directions = [
-        laplace.theta(rng.standard_normal(layer.dim)) - laplace.center
-        for _ in range(CENSUS_DIRECTIONS)
-    ]
-    cap = min(batch_size // 2, layer.n_rows - batch_size)  # the rest must fill a minibatch
+    directions = census_directions(layer, laplace)
     with np.errstate(all="ignore"):
-        return layer.influential_rows(anchor_theta, directions, CENSUS_FACTOR, cap)
+        return layer.influential_rows(
+            anchor_theta, directions, CENSUS_FACTOR, _census_cap(layer, batch_size)
+        )
+
+
+def _census_cap(layer: MinibatchModel, batch_size: int) -> int:
+    return min(batch_size // 2, layer.n_rows - batch_size)  # the rest must fill a minibatch

@@ -1,0 +1,52 @@
+"""Where a step starts (``pymc_bigdata/step_methods/start.py``): the anchor at the Laplace
+fit's centre and the census stratum, from the set-up's passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+
+import pymc_bigdata as pmbd
+from pymc_bigdata.step_methods.start import census_rows
+
+N_ROWS, N_COEFS, CHUNK_ROWS = 20_000, 5, 1_024
+
+
+def _layer() -> pmbd.MinibatchModel:
+    """A logistic regression of 20,000 rows in passes of 1,024: the MAP search's first stage
+    sees a subsample, so the exact Newton stage runs and takes its last step without a pass."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((N_ROWS, N_COEFS))
+    X[:40, 2] *= 30.0  # rows that dominate the minibatch noise (beta[2] = 0): a census
+    y = (rng.random(N_ROWS) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, N_COEFS) / 4))).astype(
+        np.int8
+    )
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
+        pm.Bernoulli("obs", logit_p=pm.math.dot(X, beta), observed=y)
+    return pmbd.MinibatchModel(model, chunk_rows=CHUNK_ROWS)
+
+
+def test_the_anchor_moves_to_the_fit_s_centre_in_the_census_pass():
+    """Where the MAP search's last Newton step was not read (``sums_point``), the set-up
+    anchors the control variates at the fit's centre, with the exact full-data sums there
+    and the Hessian kept where it was read, and finds the census stratum in the same pass:
+    one pass beyond the MAP search's, the same stratum as the census alone. Caught: the
+    anchor left at ``sums_point`` (``move`` False); the anchor and the census read in two
+    passes; the anchor moved with its Hessian dropped (first order only)."""
+    layer = _layer()
+    fit = layer.map_estimate()
+    assert fit.sums_point is not None
+    streamed = layer.rows.rows_streamed
+    step = pmbd.SGHMC(model=layer.model, layer=layer)
+    assert layer.rows.rows_streamed - streamed == N_ROWS  # one pass: anchor and census
+    anchor = step.anchor
+    np.testing.assert_array_equal(anchor.theta, fit.theta)
+    loglik, loglik_grad = layer.full_loglik_grad(fit.theta)
+    np.testing.assert_allclose(anchor.loglik_grad, loglik_grad, rtol=1e-10, atol=1e-8)
+    np.testing.assert_allclose(anchor.loglik, loglik, rtol=1e-12)
+    np.testing.assert_array_equal(anchor.curvature_point, fit.sums_point)
+    assert anchor.loglik_hessian is not None
+    alone = census_rows(layer, step.laplace, fit.theta, step.batch_size)
+    assert len(alone) > 0
+    np.testing.assert_array_equal(step.census, alone)
