@@ -23,6 +23,13 @@ from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.compiled import CompiledModel
+from pymc_bigdata.model.newton_stop import (
+    FINAL_STEP_DECREMENT,
+    FINAL_STEP_FROM,
+    MAP_NEWTON_TOLERANCE,
+    predicted_decrement,
+    settled_decrement,
+)
 from pymc_bigdata.model.passes import FullDataPasses
 
 __all__ = [
@@ -57,19 +64,6 @@ MIN_RELATIVE_CURVATURE = 1e-12
 #: passes at most of Newton with the exact full-data Hessian from the subsample's optimum
 #: (up to ``DENSE_PRECONDITIONER_DIM`` parameters; :func:`_exact_newton`)
 EXACT_NEWTON_PASSES = 8
-
-#: the Newton decrement at which the searches stop (or the log density's resolution)
-MAP_NEWTON_TOLERANCE = 1e-12
-
-#: the exact search takes its last Newton step without a pass to check it where the step is
-#: predicted to land within this decrement of the mode (:func:`predicted_decrement`): about
-#: 1e-4 posterior sds, where the anchor's control variates and the Laplace fit need ~0.1
-FINAL_STEP_DECREMENT = 1e-8
-
-#: ... and only from within this decrement (2 posterior sds in all), after a step that
-#: shrank the decrement quadratically: 10^8 rows, d = 10, from the subsample's optimum at
-#: 2.05e4 to 1.11, then 1.0e-8 after the next step (3.3e-9 predicted)
-FINAL_STEP_FROM = 4.0
 
 #: the fixed subsample of the MAP search's first stage is drawn with this seed
 SUBSAMPLE_SEED = 20140621
@@ -309,30 +303,6 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
         min_curvature=min_curv,
         sums_point=point,
     )
-
-
-def predicted_decrement(previous: float, decrement: float) -> float:
-    """The Newton decrement expected after a Newton step from a point at ``decrement``,
-    reached by a Newton step from one at ``previous``.
-
-    Newton converges quadratically near a mode: the distance to it squares at each step, up
-    to a constant of the log density's third derivatives, so the decrement (the squared
-    distance in posterior sds) goes as ``d_next = c d^2``. The constant is estimated from the
-    step just taken, ``c = decrement / previous^2``. From a first pass (``previous`` infinite)
-    there is nothing to extrapolate from: infinite. E.g. 10^6 rows, d = 30: decrements 388,
-    0.033, then 1.6e-9 where this predicts 2.4e-10.
-    """
-    if not math.isfinite(previous) or previous <= 0.0:
-        return math.inf
-    return decrement**3 / previous**2
-
-
-def settled_decrement(log_density: float) -> float:
-    """The Newton decrement below which the exact search stops: ``MAP_NEWTON_TOLERANCE``,
-    or 4 rounding units of the log density where that is larger (the decrement is twice
-    the rise a step promises; a float64 sum of 10^8 rows' terms resolves ~1e-8 of a nat,
-    and a smaller rise is rounding noise that no pass can confirm)."""
-    return max(MAP_NEWTON_TOLERANCE, 4.0 * np.finfo(np.float64).eps * abs(log_density))
 
 
 def _polish(passes: FullDataPasses, result: MapResult, maxiter: int) -> MapResult:

@@ -196,7 +196,6 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
             self.layer, self._fit_configuration(), census, settings.batch_size
         )
         self._use(config)
-        self.layer.rows.check_finite()  # no pass where the MAP search's passes checked the rows
         self.step_size = settings.step_size or self.default_step()
         self.inner_steps = settings.inner_steps or min(self.default_inner(), self.max_inner_steps)
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
@@ -219,8 +218,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         """Check the sampler's settings that need the layer (N, d), before the MAP search."""
 
     def _prepare(self) -> None:
-        """The sampler's set-up that needs the Laplace fit, the census and the rows (the
-        second phase of ``__init__``; nothing of the chain exists yet)."""
+        """``__init__``'s second phase: set-up on the fit, census and rows (no chain yet)."""
 
     def _fit_configuration(self, start: np.ndarray | None = None) -> Configuration:
         """The fit at the MAP found from ``start``, or else the fallback (:mod:`.start`)."""
@@ -454,8 +452,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         return math.nan
 
     def _adapt(self, theta: np.ndarray, virial: float) -> bool:
-        """A kept tuning draw for the chain's adaptation (:mod:`.chain_adaptation`);
-        returns whether a tuning window ended."""
+        """A kept tuning draw for :mod:`.chain_adaptation`; whether a tuning window ended."""
         return self._adaptation.collect(self._draw_index, theta, virial)
 
     @abstractmethod

@@ -105,8 +105,18 @@ def anchor_and_census(
     the full-data sums were read, up to 2 posterior sds from the mode (10^8 rows, d = 10:
     1.05), and the chains' tuning then moved it (a pass per chain). It moves to the fit's
     centre here, in the census's pass, keeping the Hessian where it was read: the
-    second-order correction is exact with a Hessian taken elsewhere.
+    second-order correction is exact with a Hessian taken elsewhere. Last, the rows are
+    checked for NaN and infinities (:meth:`~pymc_bigdata.rows.RowSource.check_finite`: no
+    pass where these passes have read every row).
     """
+    config, census = _anchor_and_census(layer, config, enabled, batch_size)
+    layer.rows.check_finite()
+    return config, census
+
+
+def _anchor_and_census(
+    layer: MinibatchModel, config: Configuration, enabled: bool, batch_size: int
+) -> tuple[Configuration, np.ndarray]:
     anchor = config.anchor
     move = anchor is not None and not np.array_equal(anchor.theta, config.laplace.center)
     census = enabled and batch_size < layer.n_rows and anchor is not None

@@ -60,16 +60,6 @@ def test_the_exact_newton_search_takes_few_passes(tmp_path):
         np.testing.assert_array_equal(result.hessian_point, anchor.theta)
 
 
-def test_the_search_s_last_step_is_predicted_from_the_one_before():
-    """Quadratic convergence: a decrement of 0.033 reached from 388 predicts 2.4e-10 after
-    the next step (the 10^6-row, d = 30 search, where a pass then read 1.6e-9); nothing is
-    predicted from a first pass. Caught: the ratio's exponents swapped."""
-    from pymc_bigdata.model.laplace import predicted_decrement
-
-    assert np.isclose(predicted_decrement(388.0, 0.0328), 2.34e-10, rtol=0.01)
-    assert predicted_decrement(np.inf, 1e-6) == np.inf
-
-
 def test_block_gathers_larger_than_a_chunk_keep_the_search_short(tmp_path, monkeypatch):
     """The fixed-Hessian search (where exact Newton fails, e.g. a step that lowers the log
     posterior; forced here). With a block gather the search's subsample is whole storage
