@@ -193,7 +193,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self._check_layer_settings()
         self.layer = sampling_layer(self.layer, check_reparameterize(reparameterize))
         config, census = anchor_and_census(
-            self.layer, self._fit_configuration(), census, settings.batch_size
+            self.layer, self._fit_configuration(None, centre=False), census, settings.batch_size
         )
         self._use(config)
         self.step_size = settings.step_size or self.default_step()
@@ -220,10 +220,10 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _prepare(self) -> None:
         """``__init__``'s second phase: set-up on the fit, census and rows (no chain yet)."""
 
-    def _fit_configuration(self, start: np.ndarray | None = None) -> Configuration:
-        """The fit at the MAP found from ``start``, or else the fallback (:mod:`.start`)."""
-        name = type(self).__name__
-        return starting_fit(self.layer, start, self.preconditioner_kind, name, self.cv_mode)
+    def _fit_configuration(self, start: np.ndarray | None, centre: bool) -> Configuration:
+        """The MAP fit from ``start`` (:mod:`.start`; ``centre``: anchor at its centre)."""
+        kind, name = self.preconditioner_kind, type(self).__name__
+        return starting_fit(self.layer, start, kind, name, self.cv_mode, centre)
 
     def _use(self, config: Configuration) -> None:
         """Stand on a configuration's fit: the preconditioner is its Laplace fit."""
@@ -236,7 +236,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def step(self, point):
         """PyMC's step; first the held variables' values from ``point`` (:mod:`.held`)."""
         if self.layer.held_vars and self.held_configurations.hold(self.layer, point):
-            fit = partial(self._fit_configuration, self._last_theta)  # a MAP search from there
+            fit = partial(self._fit_configuration, self._last_theta, True)  # a MAP search there
             self._use(self.held_configurations.switch(self.layer.held_key, fit))
             self._last_output = None  # astep restarts the kernel in the new coordinates
             self._divergence.restart()  # another target: its level is not comparable

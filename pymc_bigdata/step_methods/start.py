@@ -20,6 +20,7 @@ __all__ = [
     "CENSUS_DIRECTIONS",
     "CENSUS_FACTOR",
     "anchor_and_census",
+    "anchored_at_centre",
     "census_directions",
     "census_rows",
     "chain_start",
@@ -40,11 +41,18 @@ _START_ORDER = {"none": 0, "first": 1, "second": 2}
 
 
 def starting_fit(
-    layer: MinibatchModel, start: np.ndarray | None, kind: str, name: str, cv_mode: str
+    layer: MinibatchModel,
+    start: np.ndarray | None,
+    kind: str,
+    name: str,
+    cv_mode: str,
+    anchor_at_centre: bool = True,
 ) -> Configuration:
     """The Laplace fit at the (cached) MAP from ``start``, the anchor there (None with
     ``cv_mode="none"``) and the starting control-variate order; where the MAP is no usable
-    mode, a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``."""
+    mode, a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``.
+    Without ``anchor_at_centre`` the anchor may stay where the MAP search read its sums
+    (:func:`anchored_at_centre`; the step's set-up moves it in the census's pass)."""
     fit = layer.map_estimate(start)
     if fit.problem is None:
         laplace = Preconditioner.from_precision(fit.theta, fit.hessian, kind)
@@ -61,7 +69,18 @@ def starting_fit(
             f"computed for d = {layer.dim} parameters; use 'first' or 'auto'."
         )
     order = _START_ORDER.get(cv_mode, 2 if config.has_curvature else 1)
-    return config._replace(cv_order=order)
+    config = config._replace(cv_order=order)
+    return anchored_at_centre(layer, config) if anchor_at_centre else config
+
+
+def anchored_at_centre(layer: MinibatchModel, config: Configuration) -> Configuration:
+    """``config`` with its anchor at the Laplace fit's centre: where the MAP search took its
+    last Newton step without a pass (:attr:`~pymc_bigdata.model.laplace.MapResult.sums_point`),
+    one gradient pass there, the Hessian kept where it was read."""
+    anchor = config.anchor
+    if anchor is None or np.array_equal(anchor.theta, config.laplace.center):
+        return config
+    return config._replace(anchor=layer.anchor_at(config.laplace.center, curvature_from=anchor))
 
 
 def _warn_no_mode(name: str, problem: str) -> None:
@@ -119,11 +138,8 @@ def _anchor_and_census(
 ) -> tuple[Configuration, np.ndarray]:
     anchor = config.anchor
     move = anchor is not None and not np.array_equal(anchor.theta, config.laplace.center)
-    census = enabled and batch_size < layer.n_rows and anchor is not None
-    if not census:
-        if move:
-            anchor = layer.anchor_at(config.laplace.center, curvature_from=anchor)
-        return config._replace(anchor=anchor), np.empty(0, dtype=np.int64)
+    if not (enabled and batch_size < layer.n_rows and anchor is not None):
+        return anchored_at_centre(layer, config), np.empty(0, dtype=np.int64)
     if not move:
         return config, census_rows(layer, config.laplace, anchor.theta, batch_size)
     directions = census_directions(layer, config.laplace)

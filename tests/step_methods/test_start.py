@@ -7,7 +7,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_bigdata as pmbd
-from pymc_bigdata.step_methods.start import census_rows
+from pymc_bigdata.step_methods.start import census_rows, starting_fit
 
 N_ROWS, N_COEFS, CHUNK_ROWS = 20_000, 5, 1_024
 
@@ -50,3 +50,22 @@ def test_the_anchor_moves_to_the_fit_s_centre_in_the_census_pass():
     alone = census_rows(layer, step.laplace, fit.theta, step.batch_size)
     assert len(alone) > 0
     np.testing.assert_array_equal(step.census, alone)
+
+
+def test_a_fit_outside_the_set_up_is_anchored_at_its_centre():
+    """A configuration fitted outside the step's set-up (the held variables' path, where no
+    census follows) moves its anchor to the fit's centre with one gradient pass; without
+    ``anchor_at_centre`` it stays where the MAP search read its sums, with no pass. Caught:
+    ``anchored_at_centre`` returning the configuration unchanged."""
+    layer = _layer()
+    fit = layer.map_estimate()
+    streamed = layer.rows.rows_streamed
+    left = starting_fit(layer, None, "dense", "test", "auto", anchor_at_centre=False)
+    assert layer.rows.rows_streamed == streamed
+    np.testing.assert_array_equal(left.anchor.theta, fit.sums_point)
+    moved = starting_fit(layer, None, "dense", "test", "auto")
+    assert layer.rows.rows_streamed - streamed == N_ROWS
+    np.testing.assert_array_equal(moved.anchor.theta, fit.theta)
+    np.testing.assert_array_equal(moved.anchor.curvature_point, fit.sums_point)
+    _, loglik_grad = layer.full_loglik_grad(fit.theta)
+    np.testing.assert_allclose(moved.anchor.loglik_grad, loglik_grad, rtol=1e-10, atol=1e-8)
