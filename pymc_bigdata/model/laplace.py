@@ -288,7 +288,7 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
             break
         previous = decrement
     else:
-        mode, mode_lp, mode_decrement = point, lp, decrement  # no pass checked the last step
+        mode, mode_lp, mode_decrement = point, lp, decrement  # passes ran out: the last one read
     min_curv = _dense_diagnostics(precision, grad_lp)[1]
     return MapResult(
         theta=mode,
