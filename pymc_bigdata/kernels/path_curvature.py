@@ -26,6 +26,16 @@ class PathCurvature:
         self.bend: np.ndarray | float = 0.0
         self.travel: np.ndarray | float = 0.0
 
+    @classmethod
+    def from_sums(
+        cls, bend: np.ndarray, travel: np.ndarray, z: np.ndarray, g: np.ndarray
+    ) -> PathCurvature:
+        """The path whose per-coordinate sums (accumulated elsewhere, e.g. in compiled code)
+        are ``bend`` and ``travel``, last evaluated at ``z`` with gradient ``g``."""
+        path = cls(z, g)
+        path.bend, path.travel = bend, travel
+        return path
+
     def add(self, z: np.ndarray, g: np.ndarray) -> None:
         """The next evaluation: gradient ``g`` at ``z``."""
         if self.z is None:  # the first evaluation: nothing to difference yet

@@ -56,6 +56,7 @@ from pymc_bigdata.kernels.path_curvature import path_curvature
 __all__ = [
     "SGHMCInfo",
     "SGHMCState",
+    "baoab_noise",
     "baoab_noise_share",
     "baoab_noise_weight",
     "baoab_steps",
@@ -185,16 +186,9 @@ def baoab_steps(
         ``path_curvature_max``; NaN when off, which saves a few vector operations per step).
     """
     z, v, g = state
-    decay = np.exp(-friction * step_size)
-    noise_sd, clipped = _noise_scale(
-        1.0 - decay**2,
-        None
-        if grad_noise_var is None
-        else baoab_noise_weight(step_size, friction) * step_size**2 * grad_noise_var,
+    decay, noise, clipped = baoab_noise(
+        step_size, friction, n_steps, z.shape[0], rng, grad_noise_var, innovations
     )
-    if innovations is None:
-        innovations = rng.standard_normal((n_steps, z.shape[0]))
-    noise = innovations * noise_sd
     half = 0.5 * step_size
     path = path_curvature(track_curvature, z, g)
     for i in range(n_steps):
@@ -207,6 +201,30 @@ def baoab_steps(
         v = v + half * g
     finite = bool(np.isfinite(z).all() and np.isfinite(v).all())
     return SGHMCState(z, v, g), SGHMCInfo(n_steps, finite, clipped, path.value(), path.largest())
+
+
+def baoab_noise(
+    step_size: float,
+    friction: float,
+    n_steps: int,
+    dim: int,
+    rng: np.random.Generator,
+    grad_noise_var: np.ndarray | None,
+    innovations: np.ndarray | None,
+) -> tuple[float, np.ndarray, bool]:
+    """BAOAB's O-step: the momentum's decay ``c = exp(-C eps)``, the noise it injects at each
+    step, shape ``(n_steps, d)`` (``innovations`` scaled, drawn from ``rng`` if None), and
+    whether the B-hat correction was clipped (the arguments are :func:`baoab_steps`'s)."""
+    decay = np.exp(-friction * step_size)
+    noise_sd, clipped = _noise_scale(
+        1.0 - decay**2,
+        None
+        if grad_noise_var is None
+        else baoab_noise_weight(step_size, friction) * step_size**2 * grad_noise_var,
+    )
+    if innovations is None:
+        innovations = rng.standard_normal((n_steps, dim))
+    return decay, innovations * noise_sd, clipped
 
 
 def split_innovations(

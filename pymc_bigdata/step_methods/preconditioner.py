@@ -107,6 +107,11 @@ class Preconditioner:
             return self._scale * grad_theta
         return self.matrix.T @ grad_theta
 
+    def linear_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(c, L)``, with ``L`` dense ``(d, d)`` or its diagonal ``(d,)`` (for compiled code
+        that maps as :meth:`theta` and :meth:`grad_z` do)."""
+        return self.center, self._scale if self._diagonal else self.matrix
+
     def grad_z_rows(self, grads_theta: np.ndarray) -> np.ndarray:
         """:meth:`grad_z` applied to every row of an (n, d) array."""
         if self._diagonal:

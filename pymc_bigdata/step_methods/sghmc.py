@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_bigdata.kernels.baoab_compiled import compiled_baoab_steps
 from pymc_bigdata.kernels.sghmc import (
     SGHMCState,
     baoab_noise_share,
@@ -16,6 +17,7 @@ from pymc_bigdata.kernels.sghmc import (
     split_innovations,
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep
+from pymc_bigdata.step_methods.compiled_gradient import CompiledGradient, CompiledOracle
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
@@ -58,6 +60,13 @@ class SGHMC(SubsamplingStep):
         value, or a path curvature more than twice the chain's typical one
         (:class:`~pymc_bigdata.step_methods.step_refinement.StepRefinement`). The stat
         ``step_refinements`` counts the halvings of each draw.
+    compiled_loop
+        BAOAB only (default False): run each draw's plain transitions in one Numba-compiled
+        loop (:mod:`~pymc_bigdata.kernels.baoab_compiled`), with the same draws as the
+        Python loop. It needs the model compiled by PyTensor's Numba backend (the default
+        mode); draws with second-order control variates run the Python loop. It costs about
+        3 s of compilation per model and process and saves little where a transition's time
+        goes to reading random rows from memory (docs: "Speed").
 
     Notes
     -----
@@ -116,6 +125,7 @@ class SGHMC(SubsamplingStep):
         alpha: float | None = None,
         step_size: float | None = None,
         max_refinements: int | None = None,
+        compiled_loop: bool = False,
         **kwargs,
     ):
         if integrator not in _INTEGRATORS:
@@ -150,7 +160,16 @@ class SGHMC(SubsamplingStep):
             raise ValueError("max_refinements re-runs BAOAB's steps; integrator='sghmc' has none.")
         self.refinement = StepRefinement(self.max_refinements)
         self._kernel = _INTEGRATORS[integrator]
+        if not isinstance(compiled_loop, bool | np.bool_):
+            raise ValueError(f"compiled_loop must be True or False, got {compiled_loop!r}.")
+        if compiled_loop and integrator != "baoab":
+            raise ValueError("compiled_loop compiles BAOAB's loop; integrator='sghmc' has none.")
+        self.compiled_loop = bool(compiled_loop)
         super().__init__(vars, step_size=step_size, **kwargs)
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        self._compiled = CompiledGradient(self.layer) if self.compiled_loop else None
 
     def _check_reshuffle(self, reshuffle: bool | None) -> bool:
         if self.noise_estimate == "zero":
@@ -207,9 +226,10 @@ class SGHMC(SubsamplingStep):
         if self.max_refinements:
             new_state, info = self._refined_steps(state, oracle, noise_var)
         else:
-            new_state, info = self._kernel(
+            kernel, gradients = self._kernel_for(oracle)
+            new_state, info = kernel(
                 state,
-                oracle,
+                gradients,
                 self.step_size,
                 self.friction,
                 self.inner_steps,
@@ -222,6 +242,14 @@ class SGHMC(SubsamplingStep):
         self._noise_clipped = info.noise_clipped
         return new_state.position, info.finite, oracle.record()
 
+    def _kernel_for(self, oracle: GradientOracle) -> tuple[Any, Any]:
+        """The integrator and what it calls for gradients: the compiled loop with the
+        oracle's compiled estimates where this draw's estimator is covered, else the
+        configured integrator with the oracle itself."""
+        if self._compiled is not None and self._compiled.covers(oracle.estimator):
+            return compiled_baoab_steps, CompiledOracle(oracle, self._compiled)
+        return self._kernel, oracle
+
     def _refined_steps(
         self, state: SGHMCState, oracle: GradientOracle, noise_var: np.ndarray | None
     ) -> tuple[SGHMCState, Any]:
@@ -230,9 +258,11 @@ class SGHMC(SubsamplingStep):
         if self._draw_index == 0:
             self.refinement.restart()
 
+        kernel, gradients = self._kernel_for(oracle)
+
         def run_at(step: float, n_steps: int, innovations: np.ndarray) -> tuple[SGHMCState, Any]:
-            return baoab_steps(
-                state, oracle, step, self.friction, n_steps, self.rng, noise_var,
+            return kernel(
+                state, gradients, step, self.friction, n_steps, self.rng, noise_var,
                 last_grad=oracle.last, innovations=innovations,
             )  # fmt: skip
 

@@ -1,0 +1,203 @@
+"""The gradient oracle's plain estimate as compiled code, for a compiled transition loop.
+
+A kernel's loop in compiled code (:mod:`pymc_bigdata.kernels.baoab_compiled`) calls
+``gradient_z(z, k, context)`` (:func:`make_gradient_z`) for the ``k``-th plain estimate of
+its draw. It maps ``z`` to ``theta = c + L z``, copies the ``k``-th minibatch's rows into
+buffers after the census rows, calls the model's gradient as PyTensor's Numba backend
+compiled it (the jitted function behind
+:attr:`~pymc_bigdata.model.compiled.CompiledModel.cv_grad_fn`, or ``grad_fn`` without
+control variates), adds ``grad L(theta*)`` and maps back with ``L^T``: the arithmetic of
+:meth:`~.gradient_oracle.MinibatchEstimator.gradient`, with no return to Python. The rows
+of a draw's minibatches are read before the loop, in one gather by the row source
+(:meth:`CompiledGradient.plan`; ``np.take`` gathers random rows faster than a compiled loop
+does, and the row source stays the only reader of the data).
+
+Covered: plain or first-order control-variate estimates of a model compiled by the Numba
+backend (PyTensor's default). :func:`unsupported_reason` says why a layer is not covered; a
+second-order draw runs the Python loop (:meth:`CompiledGradient.covers`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import literal_unroll, njit
+
+from pymc_bigdata.step_methods.gradient_oracle import GradientOracle, MinibatchEstimator
+
+__all__ = ["CompiledGradient", "CompiledOracle", "make_gradient_z", "unsupported_reason"]
+
+
+@njit
+def _theta_dense(center, matrix, z):
+    return center + matrix @ z
+
+
+@njit
+def _grad_z_dense(matrix, grad_theta):
+    return matrix.T @ grad_theta
+
+
+@njit
+def _theta_diagonal(center, scale, z):
+    return center + scale * z
+
+
+@njit
+def _grad_z_diagonal(scale, grad_theta):
+    return scale * grad_theta
+
+
+def make_gradient_z(model_grad: Any, dense: bool) -> Any:
+    """The jitted ``gradient_z(z, k, context)``: the ``k``-th planned minibatch estimate of
+    ``grad log p`` at ``z`` (z units), for the model's jitted gradient ``model_grad`` and a
+    dense or diagonal ``L`` (compiled in, so that a call's arguments are arrays only).
+
+    ``context`` is :meth:`CompiledGradient.context`'s tuple.
+    """
+    to_theta = _theta_dense if dense else _theta_diagonal
+    to_grad_z = _grad_z_dense if dense else _grad_z_diagonal
+
+    @njit
+    def gradient_z(z, k, context):
+        (center, transform, anchor_args, anchor_grad, weights, held_args, batch, first_row,
+         pairs, buffers) = context  # fmt: skip
+        theta = to_theta(center, transform, z)
+        for pair in literal_unroll(pairs):  # each array as (rows, values per row)
+            gathered, buffer = pair
+            for j in range(batch):
+                for c in range(gathered.shape[1]):
+                    buffer[first_row + j, c] = gathered[k * batch + j, c]
+        g = model_grad(theta, *anchor_args, *buffers, weights, *held_args)[0] + anchor_grad
+        return to_grad_z(transform, g)
+
+    return gradient_z
+
+
+def _jitted(fn: Any) -> Any:
+    """The Numba-jitted function behind a compiled PyTensor function (None if none)."""
+    return getattr(getattr(fn, "vm", None), "jit_fn", None)
+
+
+def unsupported_reason(layer: Any) -> str | None:
+    """Why a layer's estimates cannot run in compiled code (None where they can)."""
+    if _jitted(layer.compiled.grad_fn) is None:
+        return "its model is not compiled by PyTensor's Numba backend"
+    return None
+
+
+class CompiledGradient:
+    """A layer's minibatch gradient in compiled code: the model's jitted gradient functions
+    and buffers for a minibatch's rows.
+
+    Parameters
+    ----------
+    layer
+        The model layer (:func:`unsupported_reason` must be None for it).
+    """
+
+    def __init__(self, layer: Any):
+        reason = unsupported_reason(layer)
+        if reason is not None:
+            raise ValueError(f"The transition loop cannot be compiled: {reason}.")
+        self._layer = layer
+        self._buffers: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        self._gradients: dict[tuple[int, bool], tuple[Any, Any]] = {}
+
+    @staticmethod
+    def covers(estimator: MinibatchEstimator) -> bool:
+        """Whether ``estimator``'s plain estimate is compiled here (not second order)."""
+        return estimator.cv_order < 2
+
+    def plan(self, estimator: MinibatchEstimator, indices: np.ndarray) -> tuple[Any, tuple]:
+        """The jitted gradient (:func:`make_gradient_z`) and its context for the
+        minibatches ``indices`` ``(k, n)`` under ``estimator``'s settings (its anchor,
+        weights, census rows and preconditioner); their rows are read here, in one gather."""
+        anchor = estimator.anchor
+        compiled = self._layer.compiled
+        fn = compiled.grad_fn if anchor is None else compiled.cv_grad_fn
+        center, transform = estimator.precond.linear_map()
+        n_calls, batch = indices.shape
+        rows = self._layer.take_rows(indices.reshape(-1))
+        buffers = self._buffers_for(estimator, rows, batch)
+        context = (
+            center,
+            np.ascontiguousarray(transform),
+            () if anchor is None else (anchor.theta,),
+            np.zeros_like(center) if anchor is None else anchor.loglik_grad,
+            estimator.weights,
+            _held_values(fn),
+            batch,
+            0 if estimator.census_rows is None else len(estimator.census_rows[0]),
+            tuple((r.reshape(len(r), -1), b.reshape(len(b), -1)) for r, b in zip(rows, buffers)),
+            buffers,
+        )
+        return self._gradient_for(fn, transform.ndim == 2), context
+
+    def _gradient_for(self, fn: Any, dense: bool) -> Any:
+        """:func:`make_gradient_z` for a compiled function's jitted form (built once)."""
+        jitted = _jitted(fn)
+        key = (id(jitted), dense)
+        if key not in self._gradients:  # the jitted function is kept: its id stays its own
+            self._gradients[key] = (jitted, make_gradient_z(jitted, dense))
+        return self._gradients[key][1]
+
+    def _buffers_for(
+        self, estimator: MinibatchEstimator, rows: list[np.ndarray], n: int
+    ) -> tuple[np.ndarray, ...]:
+        """Buffers of ``census + n`` rows per array (shaped and typed as ``rows``), the
+        census rows in front (reused)."""
+        census = estimator.census_rows
+        n_census = 0 if census is None else len(census[0])
+        key = (n, id(census[0]) if census is not None else 0)
+        if key not in self._buffers:
+            self._buffers[key] = tuple(
+                np.empty((n_census + n, *r.shape[1:]), dtype=r.dtype) for r in rows
+            )
+            if census is not None:
+                for buffer, rows in zip(self._buffers[key], census):
+                    buffer[:n_census] = rows
+        return self._buffers[key]
+
+
+def _held_values(fn: Any) -> tuple[np.ndarray, ...]:
+    """The current values of a compiled function's implicit inputs (the held variables'
+    shared vector), which its jitted function takes after the explicit ones."""
+    return tuple(
+        storage.data for spec, storage in zip(fn.maker.inputs, fn.input_storage) if spec.implicit
+    )
+
+
+class CompiledOracle:
+    """A draw's gradient oracle with its plain estimates in compiled code: what
+    :func:`~pymc_bigdata.kernels.baoab_compiled.compiled_baoab_steps` asks of it.
+
+    Parameters
+    ----------
+    oracle
+        The draw's oracle (it draws the minibatches and keeps the record).
+    compiled
+        The layer's compiled gradient.
+    """
+
+    def __init__(self, oracle: GradientOracle, compiled: CompiledGradient):
+        self.oracle, self._compiled = oracle, compiled
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        """A plain estimate at ``z`` from Python (the oracle's own)."""
+        return self.oracle(z)
+
+    def plan(self, n_calls: int) -> tuple[Any, tuple]:
+        """The jitted estimate (:func:`make_gradient_z`) and its context for the next
+        ``n_calls`` plain estimates."""
+        indices = self.oracle.draw_indices(n_calls)
+        return self._compiled.plan(self.oracle.estimator, indices)
+
+    def last_is_plain(self) -> bool:
+        """Whether the draw's last estimate is a plain one (it does not measure)."""
+        return not self.oracle.last_measures
+
+    def finished(self, z: np.ndarray, g: np.ndarray) -> None:
+        """The last compiled estimate: ``g`` at ``z``, recorded by the oracle."""
+        self.oracle.computed(z, g)

@@ -1,0 +1,111 @@
+"""SGHMC's compiled transition loop (step_methods/compiled_gradient.py with
+kernels/baoab_compiled.py) through ``pm.sample``: the same draws as the Python loop for the
+same seed, with census rows, first-order or no control variates, a dense or diagonal
+preconditioner, and held variables; and its settings' errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_bigdata as pmbd
+from pymc_bigdata.step_methods import sghmc as sghmc_module
+
+
+def _count_compiled_runs(monkeypatch) -> list[int]:
+    """Count the draws' runs of the compiled loop (a one-item list)."""
+    runs, kernel = [0], sghmc_module.compiled_baoab_steps
+
+    def counted(*args, **kwargs):
+        runs[0] += 1
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(sghmc_module, "compiled_baoab_steps", counted)
+    return runs
+
+
+def _draws(model, step, seed: int = 5) -> np.ndarray:
+    """One chain of 150 tuning draws (their last estimates measure, in Python) and 150
+    draws (every tenth measures), all the free variables' draws stacked."""
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            step=step, tune=150, draws=150, chains=1, random_seed=seed, progressbar=False,
+            compute_convergence_checks=False, discard_tuned_samples=False,
+        )  # fmt: skip
+    posterior = idata.warmup_posterior if "warmup_posterior" in idata else idata.posterior
+    return np.concatenate([posterior[v].values.reshape(-1) for v in posterior.data_vars])
+
+
+def _census_influence(layer, monkeypatch) -> None:
+    """200 rows stand out: the census takes 100 of them (half of a 200-row minibatch)."""
+    influence = np.ones(layer.n_rows)
+    influence[:200] = 1e6
+    monkeypatch.setattr(
+        layer.passes, "influence_chunks", lambda theta, directions: [(0, influence)]
+    )
+
+
+@pytest.mark.parametrize("preconditioner, control_variates", [("dense", "first"), ("diag", False)])
+def test_compiled_loop_gives_the_python_loops_draws(
+    small_logistic, monkeypatch, preconditioner, control_variates
+):
+    """Caught: the census rows left out of the compiled minibatch, the anchor's gradient
+    not added, ``L`` instead of ``L^T`` on the way back, a minibatch's rows read at another
+    draw's position."""
+    model, layer = small_logistic
+    _census_influence(layer, monkeypatch)
+    kwargs = dict(
+        model=model, layer=layer, batch_size=200, preconditioner=preconditioner,
+        control_variates=control_variates,
+    )  # fmt: skip
+    python = pmbd.SGHMC(**kwargs)
+    compiled = pmbd.SGHMC(compiled_loop=True, **kwargs)
+    assert len(compiled.census) == (100 if control_variates else 0)
+    runs = _count_compiled_runs(monkeypatch)
+    expected = _draws(model, python)
+    assert runs[0] == 0
+    got = _draws(model, compiled)
+    assert runs[0] >= 300  # every draw (a refined one re-runs)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert np.std(got) > 0.01  # the chains moved
+
+
+def test_compiled_loop_reads_the_held_variables(monkeypatch):
+    """A compound step (SGHMC on the coefficients, Gibbs on the inclusion indicators they
+    hold): the compiled gradient reads the held values (its jitted function's implicit
+    input) as the Python one does, at every draw."""
+    from pymc_bigdata.datasets import variable_selection_data, variable_selection_model
+
+    X, y, _ = variable_selection_data(2_000, seed=3)
+    model = variable_selection_model(X, y)
+
+    def steps(compiled_loop: bool):
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sghmc = pmbd.SGHMC(
+                vars=[model["beta"]], batch_size=200, control_variates="first",
+                compiled_loop=compiled_loop,
+            )  # fmt: skip
+            return [pm.BinaryGibbsMetropolis([model["include"]]), sghmc]
+
+    expected = _draws(model, steps(False))
+    compiled, runs = steps(True), _count_compiled_runs(monkeypatch)
+    np.testing.assert_allclose(_draws(model, compiled), expected, rtol=1e-10, atol=1e-12)
+    assert runs[0] >= 300
+    assert len(compiled[1].held_configurations.fits) > 1  # the indicators moved
+
+
+def test_compiled_loop_settings_errors(small_logistic):
+    """Clear errors: a non-boolean, the Eq. 15 integrator (no BAOAB loop), a model not
+    compiled by the Numba backend."""
+    model, layer = small_logistic
+    with pytest.raises(ValueError, match="True or False"):
+        pmbd.SGHMC(model=model, layer=layer, compiled_loop="yes")
+    with pytest.raises(ValueError, match="integrator='sghmc' has none"):
+        pmbd.SGHMC(model=model, layer=layer, integrator="sghmc", compiled_loop=True)
+    with pytest.raises(ValueError, match="not compiled by PyTensor's Numba backend"):
+        pmbd.SGHMC(model=model, mode="FAST_COMPILE", compiled_loop=True)
