@@ -5,7 +5,7 @@ the row source streamed (the search's check of the row factorisation reads one b
 counted), the Newton decrement at the end and the distance to the exact mode in posterior
 sds (Newton with the exact Hessian from the result, to a decrement below 1e-12). "default"
 is ``find_map`` as it is (the exact-Hessian stage where the first stage saw a subsample,
-N > 65,536 rows); "fixed Hessian only" is the search with ``_exact_newton`` switched off:
+N > 65,536 rows); "fixed Hessian only" is the search with ``_newton_then_exact`` switched off:
 Newton with the subsample's Hessian, then the gradient and Hessian at the mode (the search
 before the exact stage)::
 
@@ -80,17 +80,17 @@ def main() -> None:
         "| max distance to the mode (sds) |",
         "|---|---|---|---|---|---|",
     ]
-    exact = laplace._exact_newton
+    exact = laplace._newton_then_exact
     for name, build in MODELS.items():
         for label, stage in (("default", exact), ("fixed Hessian only", None)):
-            laplace._exact_newton = stage or (lambda passes, theta: None)
+            laplace._newton_then_exact = stage or (lambda passes, theta, rows: (None, 0, theta))
             r = search(build())
             lines.append(
                 f"| {name} | {label} | {r['reported']} / {r['streamed']:.1f} | "
                 f"{r['seconds']:.2f} | {r['decrement']:.2g} | {r['off']:.2g} |"
             )
             print(lines[-1], flush=True)
-    laplace._exact_newton = exact
+    laplace._newton_then_exact = exact
     text = "\n".join(
         [
             "# The MAP search's full-data passes",

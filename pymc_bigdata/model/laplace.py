@@ -12,17 +12,13 @@ Hessian-vector products (equal to it up to rounding).
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 from pymc.logprob.utils import ParameterValueError
 
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
-from pymc_bigdata.model.compiled import CompiledModel
 from pymc_bigdata.model.newton_stop import (
     FINAL_STEP_DECREMENT,
     FINAL_STEP_FROM,
@@ -31,6 +27,7 @@ from pymc_bigdata.model.newton_stop import (
     settled_decrement,
 )
 from pymc_bigdata.model.passes import FullDataPasses
+from pymc_bigdata.model.quasi_newton import full_negative_logp, lbfgs, scaled_negative_logp
 
 __all__ = [
     "DENSE_PRECONDITIONER_DIM",
@@ -64,6 +61,12 @@ MIN_RELATIVE_CURVATURE = 1e-12
 #: passes at most of Newton with the exact full-data Hessian from the subsample's optimum
 #: (up to ``DENSE_PRECONDITIONER_DIM`` parameters; :func:`_exact_newton`)
 EXACT_NEWTON_PASSES = 8
+
+#: where exact Newton fails at the subsample's optimum (the full-data posterior not concave
+#: there), Newton steps with the subsample's Hessian this many at a time, then exact Newton
+#: again, at most ``HANDOVER_ROUNDS`` times (:func:`_newton_then_exact`)
+HANDOVER_STEPS = 5
+HANDOVER_ROUNDS = 4
 
 #: the fixed subsample of the MAP search's first stage is drawn with this seed
 SUBSAMPLE_SEED = 20140621
@@ -227,21 +230,46 @@ def find_map(
         if n_sub < n_rows
         else next(passes.rows.chunks(n_rows))
     )
-    theta = _lbfgs(_scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
+    theta = lbfgs(scaled_negative_logp(compiled, sub_rows, n_rows), theta, maxiter, n_rows)
     # the exact stage where the first one saw a subsample (with every row, its Hessian is
     # the full data's already) and a dense Hessian is allowed
     exact = n_sub < n_rows and graph.dim <= min(DENSE_PRECONDITIONER_DIM, DENSE_HESSIAN_MAX_DIM)
-    result = _exact_newton(passes, theta) if exact else None
+    result, n_exact, theta = (
+        _newton_then_exact(passes, theta, sub_rows) if exact else (None, 0, theta)
+    )
     if result is None:
-        n_sub = len(sub_rows[0])  # a block gather returns whole blocks: about n_sub rows
-        theta, n_eval, hessian_point, loglik_hess = _refine(passes, theta, sub_rows, n_sub, maxiter)
-        result = _mode_result(passes, theta, n_eval, hessian_point, loglik_hess)
+        theta, n_eval, hessian_point, loglik_hess = _refine(passes, theta, sub_rows, maxiter)
+        result = _mode_result(passes, theta, n_exact + n_eval, hessian_point, loglik_hess)
     if MAP_DECREMENT_TOLERANCE < result.newton_decrement < math.inf:
         result = _polish(passes, result, maxiter)
     return result
 
 
-def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None:
+def _newton_then_exact(
+    passes: FullDataPasses, theta: np.ndarray, sub_rows: list[np.ndarray]
+) -> tuple[MapResult | None, int, np.ndarray]:
+    """Exact Newton (:func:`_exact_newton`) from the subsample's optimum ``theta``; where it
+    fails (the full-data posterior is not yet concave there, e.g. along a non-centred
+    hierarchy's scales), ``HANDOVER_STEPS`` Newton steps with the subsample's Hessian, then
+    exact Newton again from where they stopped, at most ``HANDOVER_ROUNDS`` times. On
+    ``big_hier_logistic_noncentred`` (10^5 rows) the exact Hessian is positive definite
+    after 3 such steps, where the fixed-Hessian search alone crept on for 102 passes.
+    Returns the result (None where every round failed), the passes made and where the
+    fixed-Hessian steps got to (the caller's search goes on from there)."""
+    result, n_eval = _exact_newton(passes, theta)
+    if result is not None:
+        return result, n_eval, theta
+    precision = _subsample_precision(passes, theta, sub_rows)
+    for _ in range(HANDOVER_ROUNDS):
+        theta, more = _newton(passes, theta, precision, max_iter=HANDOVER_STEPS)
+        result, tried = _exact_newton(passes, theta)
+        n_eval += more + tried
+        if result is not None:
+            return replace(result, n_evaluations=n_eval), n_eval, theta
+    return None, n_eval, theta
+
+
+def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> tuple[MapResult | None, int]:
     """Newton from the subsample's optimum ``theta`` with the exact full-data Hessian: one
     pass per step, reading the value, the gradient and the Hessian together. It stops
 
@@ -255,8 +283,8 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
       is still large, :func:`find_map` polishes it).
 
     None where a step lowers the log posterior, leaves the support or meets a Hessian that
-    is not negative definite: the caller searches with a fixed Hessian instead (the passes
-    made here are lost).
+    is not negative definite: the caller searches with a fixed Hessian instead. Returns the
+    result and the passes made.
 
     From the optimum on ``chunk_rows`` rows, a few posterior sds from the mode when N is
     large, Newton converges quadratically: 2 passes at 10^6 rows, d = 30 (4 when each step
@@ -272,10 +300,10 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
             factor = scipy.linalg.cho_factor(precision)
             prior_lp, prior_grad = compiled.prior_logp_grad(theta)
         except (ParameterValueError, np.linalg.LinAlgError):
-            return None
+            return None, n_eval
         new_lp, grad_lp = loglik + prior_lp, loglik_grad + prior_grad
         if not (np.isfinite(new_lp) and new_lp >= lp - 1e-9 * abs(new_lp)):
-            return None
+            return None, n_eval
         lp, step = new_lp, scipy.linalg.cho_solve(factor, grad_lp)
         decrement, point = float(grad_lp @ step), theta
         if decrement <= settled_decrement(lp):
@@ -290,7 +318,7 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
     else:
         mode, mode_lp, mode_decrement = point, lp, decrement  # passes ran out: the last one read
     min_curv = _dense_diagnostics(precision, grad_lp)[1]
-    return MapResult(
+    result = MapResult(
         theta=mode,
         logp=mode_lp,
         loglik_grad=loglik_grad,
@@ -303,6 +331,7 @@ def _exact_newton(passes: FullDataPasses, theta: np.ndarray) -> MapResult | None
         min_curvature=min_curv,
         sums_point=point,
     )
+    return result, n_eval
 
 
 def _polish(passes: FullDataPasses, result: MapResult, maxiter: int) -> MapResult:
@@ -319,8 +348,8 @@ def _polish(passes: FullDataPasses, result: MapResult, maxiter: int) -> MapResul
     if passes.compiled.graph.dim <= DENSE_HESSIAN_MAX_DIM:
         theta, more = _newton(passes, result.theta, result.hessian, max_iter=POLISH_STEPS)
         return _mode_result(passes, theta, passes_before + more, theta, None)
-    negative = _full_negative_logp(passes)
-    theta = _lbfgs(negative, result.theta, maxiter, passes.compiled.graph.n_rows, ftol=0.0)
+    negative = full_negative_logp(passes)
+    theta = lbfgs(negative, result.theta, maxiter, passes.compiled.graph.n_rows, ftol=0.0)
     return _mode_result(passes, theta, passes_before + maxiter, theta, None)
 
 
@@ -369,11 +398,10 @@ def _refine(
     passes: FullDataPasses,
     theta: np.ndarray,
     sub_rows: list[np.ndarray],
-    n_sub: int,
     maxiter: int,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None]:
-    """The full-data stage of :func:`find_map` from the optimum ``theta`` on the ``n_sub``
-    rows ``sub_rows``.
+    """The full-data stage of :func:`find_map` from the optimum ``theta`` on the subsample
+    ``sub_rows`` (a block gather's whole blocks: about ``chunk_rows`` rows).
 
     Returns the new point, the full-data passes made, where the kept log-likelihood Hessian
     was (or is to be) taken, and that Hessian (None when it is to be computed at the new
@@ -381,10 +409,7 @@ def _refine(
     """
     compiled, dim = passes.compiled, passes.compiled.graph.dim
     if dim <= DENSE_PRECONDITIONER_DIM:  # cheap: subsample Hessian for Newton
-        scale = compiled.graph.n_rows / n_sub
-        loglik_hess = scale * _chunked_hessian(passes, theta, sub_rows)
-        precision = posterior_precision(loglik_hess, compiled.prior_hessian(theta))
-        theta, n_eval = _newton(passes, theta, precision)
+        theta, n_eval = _newton(passes, theta, _subsample_precision(passes, theta, sub_rows))
         return theta, n_eval, theta, None
     if dim <= DENSE_HESSIAN_MAX_DIM:  # one full Hessian, used by Newton and kept
         loglik_hess = symmetrised(passes.full_loglik_hessian(theta))
@@ -392,32 +417,19 @@ def _refine(
         precision = -(loglik_hess + compiled.prior_hessian(theta))
         new_theta, n_eval = _newton(passes, theta, precision)
         return new_theta, n_eval, theta, loglik_hess
-    new_theta = _lbfgs(_full_negative_logp(passes), theta, maxiter, compiled.graph.n_rows)
+    new_theta = lbfgs(full_negative_logp(passes), theta, maxiter, compiled.graph.n_rows)
     return new_theta, maxiter, theta, None  # maxiter: an upper bound (scipy does not say)
 
 
-def _scaled_negative_logp(
-    compiled: CompiledModel, rows: list[np.ndarray], n_rows: int
-) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
-    """Minus the log posterior estimated from ``rows`` (scaled by N/n), and its gradient."""
-    scale = n_rows / len(rows[0])
-
-    def negative(theta):
-        lp, g = compiled.loglik_grad(theta, rows)
-        plp, pg = compiled.prior_logp_grad(theta)
-        return -(plp + scale * lp), -(pg + scale * g)
-
-    return negative
-
-
-def _full_negative_logp(passes: FullDataPasses) -> Callable[[np.ndarray], tuple]:
-    """Minus the full-data log posterior and its gradient."""
-
-    def negative(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        lp, g = passes.full_logp_grad(theta)
-        return -lp, -g
-
-    return negative
+def _subsample_precision(
+    passes: FullDataPasses, theta: np.ndarray, sub_rows: list[np.ndarray]
+) -> np.ndarray:
+    """The posterior precision at ``theta`` with the log-likelihood Hessian of ``sub_rows``
+    scaled by N/n."""
+    compiled = passes.compiled
+    scale = compiled.graph.n_rows / len(sub_rows[0])
+    loglik_hess = scale * _chunked_hessian(passes, theta, sub_rows)
+    return posterior_precision(loglik_hess, compiled.prior_hessian(theta))
 
 
 def _chunked_hessian(
@@ -471,37 +483,6 @@ def _checked_logp_grad(passes: FullDataPasses, theta: np.ndarray) -> tuple[float
         return passes.full_logp_grad(theta)
     except ParameterValueError:
         return -math.inf, np.full(passes.compiled.graph.dim, np.nan)
-
-
-def _lbfgs(
-    negative_logp: Callable[[np.ndarray], tuple[float, np.ndarray]],
-    theta: np.ndarray,
-    maxiter: int,
-    n_rows: int,
-    ftol: float | None = None,
-) -> np.ndarray:
-    """L-BFGS-B on ``negative_logp(theta) -> (value, grad)``; non-finite values are walls;
-    ``ftol``: scipy's relative-reduction rule (None: scipy's default)."""
-
-    def guarded(x):
-        try:
-            value, g = negative_logp(x)
-        except ParameterValueError:  # a parameter left its support (e.g. a scale underflowed)
-            return np.inf, np.zeros_like(x)
-        if not np.isfinite(value) or not np.all(np.isfinite(g)):
-            return np.inf, np.zeros_like(x)
-        return value, g
-
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return scipy.optimize.minimize(
-            guarded,
-            theta,
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": maxiter, "gtol": 1e-9 * n_rows}
-            | ({} if ftol is None else {"ftol": ftol}),
-        ).x
 
 
 def _dense_diagnostics(precision: np.ndarray, grad_lp: np.ndarray) -> tuple[float, float]:

@@ -41,7 +41,7 @@ def test_the_exact_newton_search_takes_few_passes(tmp_path):
     its last step taken without a pass where it is predicted to land within
     ``FINAL_STEP_DECREMENT``. The decrement measured at the result (one more pass, here) is
     below 1e-8, and the full-data sums the anchor takes are those at ``sums_point``.
-    Caught: the fixed-Hessian search (``_exact_newton`` returning None): 8 and 5 passes;
+    Caught: the fixed-Hessian search (``_newton_then_exact`` returning None): 8 and 5 passes;
     every step checked by a pass (``FINAL_STEP_DECREMENT = 0``): 4 passes with block
     gathers; the anchor at the stepped point with the sums read before the step."""
     for gather in ("blocks", "rows"):
@@ -70,10 +70,37 @@ def test_block_gathers_larger_than_a_chunk_keep_the_search_short(tmp_path, monke
     The mode is the same."""
     import pymc_bigdata.model.laplace as laplace
 
-    monkeypatch.setattr(laplace, "_exact_newton", lambda passes, theta: None)
+    monkeypatch.setattr(laplace, "_newton_then_exact", lambda passes, theta, rows: (None, 0, theta))
     blocks = _logistic_layer(tmp_path, "blocks")
     result = blocks.map_estimate()
     rows = _logistic_layer(tmp_path, "rows").map_estimate()
     assert result.n_evaluations <= 12  # 8 here; 53 with the Hessian scaled by 1,024 rows
     assert np.allclose(result.theta, rows.theta, atol=1e-6)
     assert result.newton_decrement < 1e-8
+
+
+def test_exact_newton_takes_over_where_the_posterior_becomes_concave(monkeypatch):
+    """A non-centred hierarchy (17,798 rows, 8,192-row subsample): at the subsample's
+    optimum the full-data posterior is not concave, so exact Newton fails there; after a
+    few steps with the subsample's Hessian it is, and exact Newton finishes the search. 18
+    passes to a decrement of 1e-14, where the fixed-Hessian search alone crept on for 124
+    passes to 5e-6. Caught: ``HANDOVER_ROUNDS = 0`` (the fixed-Hessian search alone)."""
+    import pymc_bigdata.model.laplace as laplace
+    from hard_models import hier_logistic
+
+    attempts = []
+    exact = laplace._exact_newton
+
+    def watched(passes, theta):
+        result, n_eval = exact(passes, theta)
+        attempts.append(result is not None)
+        return result, n_eval
+
+    monkeypatch.setattr(laplace, "_exact_newton", watched)
+    layer = pmbd.MinibatchModel(hier_logistic(centred=False), chunk_rows=8_192)
+    streamed = layer.rows.rows_streamed
+    result = layer.map_estimate()
+    assert attempts[0] is False and attempts[-1] is True
+    assert result.n_evaluations <= 25
+    assert (layer.rows.rows_streamed - streamed) / layer.n_rows <= 26
+    assert result.newton_decrement < 1e-10
