@@ -85,8 +85,9 @@ def test_exact_newton_takes_over_where_the_posterior_becomes_concave(monkeypatch
     few steps with the subsample's Hessian it is, and exact Newton finishes the search. 18
     passes to a decrement of 1e-14, where the fixed-Hessian search alone crept on for 124
     passes to 5e-6. Caught: ``HANDOVER_ROUNDS = 0`` (the fixed-Hessian search alone)."""
-    import pymc_bigdata.model.laplace as laplace
     from hard_models import hier_logistic
+
+    import pymc_bigdata.model.laplace as laplace
 
     attempts = []
     exact = laplace._exact_newton
