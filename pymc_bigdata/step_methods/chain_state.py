@@ -96,7 +96,7 @@ def new_chain_state(
         step._make_alarms(),
         step.noise_bound,
         consequence,
-        CrawlWatch(dim, draws, step.layer.coordinate_label),
+        CrawlWatch(dim, draws, step.layer.coordinate_label, step.layer.var_sizes),
         step.off_target_remedy,
         stat_names,
         noise_shares=_fresh_noise_shares(step, policy),

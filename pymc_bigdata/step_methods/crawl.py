@@ -4,7 +4,8 @@ A chain can move so slowly that its draws stay near where tuning left them (a st
 collapsed by a poor fit, coordinates that tie the parameters along a ridge), and then every
 per-draw statistic looks healthy while the draws are far from a sample of the posterior.
 :class:`CrawlWatch` keeps the kept draws of up to ``CRAWL_COORDINATES`` of the model's
-coordinates (the value variables, as ``az.summary`` reports them) and, at the chain's end,
+coordinates (the value variables, as ``az.summary`` reports them; beyond, every coordinate of
+the small variables, :func:`watched_coordinates`) and, at the chain's end,
 their bulk effective sample sizes (ArviZ's, one chain): where the smallest is below
 ``CRAWL_ESS_SHARE`` of the draws, it reports the chain as
 crawling. The in-band runs of the hard-target results hold at least 6.6 % (two-chain bulk ESS
@@ -15,7 +16,7 @@ crawling. The in-band runs of the hard-target results hold at least 6.6 % (two-c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -23,8 +24,10 @@ __all__ = [
     "CRAWL_COORDINATES",
     "CRAWL_ESS_SHARE",
     "CRAWL_MIN_DRAWS",
+    "CRAWL_SMALL_VARIABLE",
     "CrawlWatch",
     "split_chain_ess",
+    "watched_coordinates",
 ]
 
 #: a chain whose smallest bulk ESS is below this share of its draws crawls
@@ -33,8 +36,14 @@ CRAWL_ESS_SHARE = 0.02
 #: chains shorter than this are not judged (their ESS estimates are themselves too noisy)
 CRAWL_MIN_DRAWS = 200
 
-#: at most this many coordinates are kept (a fixed random subset beyond)
+#: at most this many coordinates are kept (beyond: those of the small variables, and a fixed
+#: random subset of the others)
 CRAWL_COORDINATES = 256
+
+#: every coordinate of a value variable of at most this many is kept: a model's scalars and
+#: short vectors, its global parameters, which in a hierarchy mix the slowest (crossed
+#: ratings, d = 4,004: the mean ``mu``; a random subset of 256 held it with probability 6 %)
+CRAWL_SMALL_VARIABLE = 16
 
 
 class CrawlWatch:
@@ -46,15 +55,22 @@ class CrawlWatch:
         Coordinates of the raveled value variables.
     draws
         Draws the chain keeps (their array is allocated once).
+    label
+        The name of a raveled coordinate, for the alarm's text.
+    sizes
+        The value variables' sizes, in order (default: one variable of ``dim``), for
+        :func:`watched_coordinates`.
     """
 
-    def __init__(self, dim: int, draws: int, label: Callable[[int], str] | None = None):
+    def __init__(
+        self,
+        dim: int,
+        draws: int,
+        label: Callable[[int], str] | None = None,
+        sizes: Sequence[int] | None = None,
+    ):
         self.label = label or (lambda k: f"coordinate {k} of the raveled value variables")
-        if dim > CRAWL_COORDINATES:  # set-up, not sampling: the same subset for every chain
-            chosen = np.random.default_rng(0).choice(dim, CRAWL_COORDINATES, replace=False)
-            self.coordinates = np.sort(chosen)
-        else:
-            self.coordinates = np.arange(dim)
+        self.coordinates = watched_coordinates([dim] if sizes is None else sizes)
         self._draws = np.empty((max(int(draws), 0), len(self.coordinates)))
         self._count = 0
 
@@ -85,6 +101,24 @@ class CrawlWatch:
             "tuning left them rather than sample the posterior. Sample longer, compare several "
             "chains (R-hat), or reparameterise."
         )
+
+
+def watched_coordinates(sizes: Sequence[int]) -> np.ndarray:
+    """The raveled coordinates a :class:`CrawlWatch` keeps, sorted: all of them up to
+    ``CRAWL_COORDINATES``; beyond, every coordinate of the variables of at most
+    ``CRAWL_SMALL_VARIABLE`` (up to ``CRAWL_COORDINATES``), the rest a fixed random subset of
+    the others (set-up, not sampling: the same for every chain)."""
+    dim = int(sum(sizes))
+    if dim <= CRAWL_COORDINATES:
+        return np.arange(dim)
+    ends = np.cumsum(sizes)
+    small = [
+        np.arange(end - size, end) for size, end in zip(sizes, ends) if size <= CRAWL_SMALL_VARIABLE
+    ]
+    always = np.concatenate(small)[:CRAWL_COORDINATES] if small else np.empty(0, np.int64)
+    others = np.setdiff1d(np.arange(dim), always)
+    chosen = np.random.default_rng(0).choice(others, CRAWL_COORDINATES - len(always), replace=False)
+    return np.sort(np.concatenate([always, chosen]).astype(np.int64))
 
 
 def split_chain_ess(draws: np.ndarray) -> np.ndarray:

@@ -19,7 +19,12 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmbd
-from pymc_bigdata.step_methods.crawl import CRAWL_MIN_DRAWS, CrawlWatch
+from pymc_bigdata.step_methods.crawl import (
+    CRAWL_COORDINATES,
+    CRAWL_MIN_DRAWS,
+    CrawlWatch,
+    watched_coordinates,
+)
 
 KW = {"tune": 200, "draws": 400, "chains": 1, "progressbar": False}
 KW["compute_convergence_checks"] = False
@@ -62,6 +67,28 @@ def test_a_crawling_chain_is_reported():
     assert "in beta[1] (bulk ESS" in named.problem("X")
 
 
+def test_a_crawling_scalar_among_thousands_of_effects_is_reported():
+    """Crossed ratings' shape (d = 4,004: four scalars, two effects of 2,000): the mean
+    ``mu`` crawls and the 4,000 effects mix. Every scalar is watched, and the crawl is
+    reported in ``mu``. Mutation: ``if size <= CRAWL_SMALL_VARIABLE`` -> ``if False`` in
+    ``watched_coordinates`` (a random subset of 256 alone, which misses coordinate 0 here):
+    the crawl goes unreported."""
+    sizes = [1, 1, 1, 1, 2000, 2000]
+    assert {0, 1, 2, 3} <= set(watched_coordinates(sizes))
+    assert len(watched_coordinates(sizes)) == CRAWL_COORDINATES
+    # without small variables, the same fixed random subset as before
+    np.testing.assert_array_equal(
+        watched_coordinates([4004]),
+        np.sort(np.random.default_rng(0).choice(4004, CRAWL_COORDINATES, replace=False)),
+    )
+    draws = np.random.default_rng(5).standard_normal((1000, 4004))
+    draws[:, 0] = _ar1(1000, 1, 0.999, seed=6)[:, 0]
+    watch = CrawlWatch(4004, 1000, label=lambda k: "mu" if k == 0 else f"x[{k}]", sizes=sizes)
+    for row in draws:
+        watch.add(row)
+    assert "in mu (bulk ESS" in watch.problem("X")
+
+
 def test_short_chains_are_not_judged():
     watch = CrawlWatch(2, CRAWL_MIN_DRAWS - 1)
     for row in _ar1(CRAWL_MIN_DRAWS - 1, 2, 0.9999, seed=4):
@@ -84,3 +111,20 @@ def test_sgld_crawl_is_flagged(small_logistic, crawl):
         assert any("crawls" in message for message in bias), bias
     else:
         assert not bias, bias
+
+
+def test_a_step_watches_every_scalar_of_a_large_model():
+    """A step on a model of 1,002 parameters (``mu``, ``tau`` and 1,000 effects) watches both
+    scalars. Mutation: ``CrawlWatch(dim, draws, step.layer.coordinate_label)`` in
+    ``chain_state.py`` (no sizes): a random subset of 256 that misses both."""
+    rng = np.random.default_rng(7)
+    group = np.repeat(np.arange(1000), 2)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        a = pm.Normal("a", mu, tau, shape=1000)
+        pm.Normal("y", a[group], 1.0, observed=rng.normal(size=2000))
+    step = pmbd.SGHMC(model=model)
+    watched = step._report.crawl.coordinates
+    labels = {step.layer.coordinate_label(int(k)) for k in watched}
+    assert {"mu", "tau_log__"} <= labels and len(watched) == CRAWL_COORDINATES
