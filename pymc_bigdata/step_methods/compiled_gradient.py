@@ -118,7 +118,7 @@ class CompiledGradient:
         compiled = self._layer.compiled
         fn = compiled.grad_fn if anchor is None else compiled.cv_grad_fn
         center, transform = estimator.precond.linear_map()
-        n_calls, batch = indices.shape
+        batch = indices.shape[1]
         rows = self._layer.take_rows(indices.reshape(-1))
         buffers = self._buffers_for(estimator, rows, batch)
         context = (
