@@ -1,0 +1,155 @@
+"""The alarm table: are each sampler's alarms right both ways on the hard targets (issue 26)?
+
+Reads the rows that ``benchmarks/hard_targets.py --seeds 1 2 3 --out alarm_table_<name>``
+wrote (``pm.sample``'s defaults) and counts, per
+sampler, the runs within their bars and those off them, and how many of each ended with an
+alarm of ours (a ``BiasWarning``, or a diverging draw)::
+
+    .venv/bin/python benchmarks/alarm_table.py   # writes results/alarm_table.md
+
+A run is **within its bars** when its worst mean error is at most the sampler's bar in
+reference sds and every sd ratio lies in the sampler's band (issue 25: SGHMC, HMC-ECS, SBPS,
+EWSG 0.1 and [0.9, 1.1]; SGLD and Austerity 0.15 and [0.85, 1.2]). A second count widens the
+bars by the run's Monte Carlo error as ``alarm_calibration.py`` does (min bulk ESS at least
+100, error at most ``max(bar, 4 / sqrt(ESS))``, sd ratios within ``1 +- max(band,
+4 / sqrt(2 ESS))``): a run off the fixed bars but within the widened ones is not shown to be
+off target by that run alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: sampler: (mean-error bar in sds, sd-ratio band); the rest: DEFAULT_BARS
+BARS = {"SGLD": (0.15, (0.85, 1.2)), "AusterityMH": (0.15, (0.85, 1.2))}
+DEFAULT_BARS = (0.1, (0.9, 1.1))
+
+#: a run with fewer effective draws is no sample, whatever its errors
+MIN_ESS = 100
+
+
+def bars(sampler: str) -> tuple[float, tuple[float, float]]:
+    """The sampler's mean-error bar and sd-ratio band (a variant, ``SGLD-...``, its
+    sampler's)."""
+    return BARS.get(sampler.split("-")[0], DEFAULT_BARS)
+
+
+def within_bars(row: dict) -> bool:
+    """The run's worst mean error and sd ratios within the sampler's fixed bars."""
+    bar, (low, high) = bars(row["sampler"])
+    return row["max_err_sd"] <= bar and low <= row["sd_ratio_min"] and row["sd_ratio_max"] <= high
+
+
+def within_widened_bars(row: dict) -> bool:
+    """Within the bars widened by the run's Monte Carlo error (module docstring)."""
+    bar, (low, high) = bars(row["sampler"])
+    ess = max(row["min_bulk_ess"], 1.0)
+    sd_band = 4 / math.sqrt(2 * ess)
+    return (
+        ess >= MIN_ESS
+        and row["max_err_sd"] <= max(bar, 4 / math.sqrt(ess))
+        and row["sd_ratio_min"] >= min(low, 1 - sd_band)
+        and row["sd_ratio_max"] <= max(high, 1 + sd_band)
+    )
+
+
+def alarmed(row: dict) -> bool:
+    """Our alarm: a ``BiasWarning`` or a diverging draw."""
+    return bool(row["bias_alarm"]) or row["divergences"] > 0
+
+
+def counts(rows: list[dict], judge) -> dict[str, int]:
+    """Runs in and off band by ``judge``, and how many of each alarmed."""
+    inside = [r for r in rows if judge(r)]
+    outside = [r for r in rows if not judge(r)]
+    return {
+        "runs": len(rows),
+        "in": len(inside),
+        "false": sum(alarmed(r) for r in inside),
+        "off": len(outside),
+        "caught": sum(alarmed(r) for r in outside),
+    }
+
+
+def describe(row: dict) -> str:
+    """One run, for the lists of disagreements."""
+    recorded = row.get("pymc_warnings")
+    pymc = "not recorded" if recorded is None else ", ".join(recorded) or "none"
+    return (
+        f"{row['model']}, seed {row.get('seed', 2026)}: {row['max_err_sd']:.3f} sd "
+        f"({row.get('worst_mean_at', '?')}), sd ratios [{row['sd_ratio_min']:.3f}, "
+        f"{row['sd_ratio_max']:.3f}] (worst {row.get('worst_sd_at', '?')}), "
+        f"min ESS {row['min_bulk_ess']:,.0f}, "
+        f"{row['divergences']} divergences, BiasWarning {'yes' if row['bias_alarm'] else 'no'}, "
+        f"PyMC's warnings: {pymc}"
+    )
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown report: counts per sampler, then every run where the alarm and the
+    bars disagree."""
+    samplers = list(dict.fromkeys(r["sampler"] for r in rows))
+    lines = [
+        "| sampler | runs | within bars: quiet / alarmed | off bars: alarmed / silent "
+        "| widened bars: within (alarmed) / off (alarmed) |",
+        "|---|---|---|---|---|",
+    ]
+    for sampler in samplers:
+        own = [r for r in rows if r["sampler"] == sampler]
+        fixed, widened = counts(own, within_bars), counts(own, within_widened_bars)
+        lines.append(
+            f"| {sampler} | {fixed['runs']} | {fixed['in'] - fixed['false']} / {fixed['false']} "
+            f"| {fixed['caught']} / {fixed['off'] - fixed['caught']} "
+            f"| {widened['in']} ({widened['false']}) / {widened['off']} ({widened['caught']}) |"
+        )
+    false_alarms = [r for r in rows if within_bars(r) and alarmed(r)]
+    silent = [r for r in rows if not within_bars(r) and not alarmed(r)]
+    lines += ["", "Alarms on runs within their bars:", ""]
+    lines += [f"- {r['sampler']}, {describe(r)}" for r in false_alarms] or ["- none"]
+    lines += ["", "Runs off their bars without an alarm of ours:", ""]
+    for r in silent:
+        widened = "within" if within_widened_bars(r) else "off"
+        lines.append(f"- {r['sampler']}, {describe(r)}; {widened} the widened bars")
+    if not silent:
+        lines.append("- none")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", nargs="+", default=None, help="hard_targets json files")
+    parser.add_argument("--out", default="alarm_table")
+    args = parser.parse_args(argv)
+    paths = (
+        [Path(p) for p in args.inputs]
+        if args.inputs
+        else sorted(RESULTS.glob("alarm_table_*.json"))
+    )
+    rows, commits = [], {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        rows += data["rows"]
+        commits[path.name] = data["commit"]
+    sources = ", ".join(f"`{name}` ({commit})" for name, commit in commits.items())
+    text = (
+        "# The alarms on the hard targets, three seeds\n\n"
+        f"From {sources}: `pm.sample` defaults (2 chains, 1,000 + 1,000 draws) on "
+        f"{len({r['model'] for r in rows})} hard targets, seeds "
+        f"{', '.join(map(str, sorted({r.get('seed', 2026) for r in rows})))}. "
+        "Bars: SGHMC, HMC-ECS, SBPS, EWSG "
+        "0.1 sd and [0.9, 1.1]; SGLD and AusterityMH 0.15 and [0.85, 1.2]. An alarm: a "
+        "`BiasWarning` or a diverging draw. Widened bars: see `benchmarks/alarm_table.py`.\n\n"
+        + table(rows)
+        + "\n"
+    )
+    (RESULTS / f"{args.out}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
