@@ -20,6 +20,7 @@ from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
     Subsample,
     block_poisson_log_abs,
+    block_poisson_nearest_zero,
     draw_block_subsample,
     draw_poisson_subsample,
     perturbed_loglik,
@@ -192,17 +193,20 @@ class SubsampleEstimates:
             theta, self.anchor, s.taylor_order, s.taylor_space, self.layer
         )
         census, sampled = float(d[:n_census].sum()), d[n_census:]
+        nearest_zero = math.inf
         if s.estimator == "perturbed":
             loglik, loglik_var = perturbed_loglik(cv_sum, sampled, pool, census)
             sign = 1
         else:
+            products, minibatch, bound = s.products, s.minibatch, s.lower_bound
             loglik, sign = block_poisson_log_abs(
-                cv_sum + census, sampled, pool, s.minibatch, s.products, s.lower_bound
+                cv_sum + census, sampled, pool, minibatch, products, bound
             )
             loglik_var = self._minibatch_variance(sampled)
+            nearest_zero = block_poisson_nearest_zero(sampled, pool, minibatch, products, bound)
         grad_z = self.precond.grad_z(g + cv_grad)
         level = pool * float(sampled.mean()) if len(sampled) else 0.0
-        return Evaluation(prior + loglik, grad_z, loglik_var, sign, level)
+        return Evaluation(prior + loglik, grad_z, loglik_var, sign, level, nearest_zero)
 
     def _residuals(self, theta: np.ndarray, rows: list[np.ndarray], n_census: int) -> tuple:
         """The prior, the rows' Taylor residuals and the estimate's gradient in ``theta``."""

@@ -30,6 +30,7 @@ HMCECS_STATS: dict[str, tuple[Any, list | None]] = {
     "lower_bound": (np.float64, []),
     "taylor_inputs": (bool, []),
     "trajectory_truncated": (bool, []),
+    "estimator_zero": (bool, []),
 }
 
 
@@ -67,4 +68,5 @@ def draw_stats(
         "cv_order": settings.taylor_order,
         "taylor_inputs": settings.taylor_space == "likelihood_inputs",
         "trajectory_truncated": n_steps < wanted_steps,
+        "estimator_zero": bool(info.at_estimator_zero) if info else False,
     }

@@ -32,6 +32,7 @@ from scipy import stats
 from scipy.special import ndtr
 
 from pymc_bigdata.kernels.hmcecs import (
+    MAX_ENERGY_ERROR,
     Evaluation,
     HMCECSState,
     Subsample,
@@ -349,6 +350,66 @@ def test_non_finite_energy_is_a_rejected_divergence():
         if info.diverging:
             assert not info.accepted and info.accept_prob == 0.0
     assert diverged > 40
+
+
+def _pole_evaluate(pole: float, report_zero: bool):
+    """A signed estimate's pole: ``log |L_hat| = -z^2 / 2 + log |z - pole|``, a factor
+    ``z - pole`` that changes sign at ``pole`` (reported as ``nearest_zero`` if asked)."""
+
+    def evaluate(z, u):
+        factor = float(z[0]) - pole
+        if factor == 0.0:
+            return Evaluation(-math.inf, np.full(1, math.nan), 0.0, 1, 0.0, 0.0)
+        logp = -0.5 * float(z[0]) ** 2 + math.log(abs(factor))
+        grad = np.array([-float(z[0]) + 1.0 / factor])
+        nearest = abs(factor) if report_zero else math.inf
+        return Evaluation(logp, grad, 0.0, 1 if factor > 0 else -1, 0.0, nearest)
+
+    return evaluate
+
+
+def _blow_ups(evaluate, z0: float, step_size: float, n_steps: int, seed: int) -> list:
+    u = Subsample(np.zeros(1, dtype=np.int64), (np.zeros(1),))
+    z = np.array([z0])
+    state = HMCECSState(z, u, evaluate(z, u))
+    rng = np.random.default_rng(seed)
+    infos = []
+    for _ in range(2000):
+        state, info = hmcecs_step(state, evaluate, lambda u, r: u, step_size, n_steps, rng)
+        infos.append(info)
+    return [info for info in infos if info.diverging or info.at_estimator_zero]
+
+
+def test_a_blow_up_at_a_pole_of_the_signed_estimate_is_not_a_divergence():
+    """Trajectories from the bulk that land next to the zero of a factor of ``L_hat`` get a
+    kick of ``1 / (z - pole)`` and blow up: rejected, counted as ``at_estimator_zero``, not as
+    divergences. Told nothing of the zero (``nearest_zero`` inf), the same blow-ups are
+    divergences. Fails when ``_leapfrog`` never reports ``met_zero`` (every one a divergence)."""
+    for report_zero in (True, False):
+        blown = _blow_ups(_pole_evaluate(1.5, report_zero), 0.0, 0.9, 2, seed=11)
+        assert len(blown) > 5
+        assert all(not info.accepted and info.accept_prob == 0.0 for info in blown)
+        assert all(info.energy_error > MAX_ENERGY_ERROR for info in blown)
+        if report_zero:
+            assert all(info.at_estimator_zero and not info.diverging for info in blown)
+        else:
+            assert all(info.diverging and not info.at_estimator_zero for info in blown)
+
+
+def test_a_blow_up_before_the_pole_stays_a_divergence():
+    """A step far too long for the posterior (precision 1e4) blows the energy up at the first
+    point; where the path then meets a zero of ``L_hat`` (reported beyond ``|z| > 5``) it is
+    still a divergence. Fails when a zero met after the energy blew up counts (``sound``
+    dropped from the test in ``_leapfrog``)."""
+    stiffness = 1e4
+
+    def evaluate(z, u):
+        near = 0.0 if abs(float(z[0])) > 5.0 else math.inf
+        return Evaluation(-0.5 * stiffness * float(z @ z), -stiffness * z, 0.0, 1, 0.0, near)
+
+    blown = _blow_ups(evaluate, 0.0, 1.0, 3, seed=12)
+    assert len(blown) > 1900
+    assert all(info.diverging and not info.at_estimator_zero for info in blown)
 
 
 def test_dual_averaging_reaches_its_target():
