@@ -13,7 +13,9 @@ EWSG 0.1 and [0.9, 1.1]; SGLD and Austerity 0.15 and [0.85, 1.2]). A second coun
 bars by the run's Monte Carlo error as ``alarm_calibration.py`` does (min bulk ESS at least
 100, error at most ``max(bar, 4 / sqrt(ESS))``, sd ratios within ``1 +- max(band,
 4 / sqrt(2 ESS))``): a run off the fixed bars but within the widened ones is not shown to be
-off target by that run alone.
+off target by that run alone. Last, the errors the seeds repeat (``consistent_errors``): a
+coordinate on which one sampler's seeds err the same way, by at least half its bar with a
+combined z-score of at least ``CONSISTENT_Z``, is a bias that no single run's bars show.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ DEFAULT_BARS = (0.1, (0.9, 1.1))
 
 #: a run with fewer effective draws is no sample, whatever its errors
 MIN_ESS = 100
+
+#: a coordinate's error is consistent over seeds when its seeds' z-scores (error over MCSE)
+#: sum to at least this times sqrt(seeds) and their mean error is at least half the bar
+CONSISTENT_Z = 4.0
 
 
 def bars(sampler: str) -> tuple[float, tuple[float, float]]:
@@ -90,6 +96,55 @@ def describe(row: dict) -> str:
     )
 
 
+def seed_mean_errors(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per coordinate, over one sampler's seeds of one target: the mean signed error in
+    reference sds and the combined z-score ``sum(z) / sqrt(seeds)`` (the reference's own
+    error is shared by the seeds, and by every sampler)."""
+    runs = [r for r in rows if "coordinates" in r]
+    result = {}
+    for name in runs[0]["coordinates"] if runs else ():
+        coords = [r["coordinates"][name] for r in runs]
+        signed = [math.copysign(c["err_sd"], c["mean_z"]) for c in coords]
+        z = sum(c["mean_z"] for c in coords) / math.sqrt(len(coords))
+        result[name] = (sum(signed) / len(signed), z)
+    return result
+
+
+def consistent_errors(rows: list[dict]) -> list[str]:
+    """Sampler and target pairs whose seeds err the same way on a coordinate (mean error at
+    least half the bar, combined z at least ``CONSISTENT_Z``), with the other samplers' mean
+    errors there (a reference error would show in all of them) and the runs' alarms."""
+    lines = []
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    for model in models:
+        on_model = [r for r in rows if r["model"] == model]
+        samplers = list(dict.fromkeys(r["sampler"] for r in on_model))
+        errors = {s: seed_mean_errors([r for r in on_model if r["sampler"] == s]) for s in samplers}
+        for sampler in samplers:
+            own = [r for r in on_model if r["sampler"] == sampler]
+            bar = bars(sampler)[0]
+            worst = [
+                (abs(z), name, err)
+                for name, (err, z) in errors[sampler].items()
+                if len(own) > 1 and abs(z) >= CONSISTENT_Z and abs(err) >= bar / 2
+            ]
+            if not worst:
+                continue
+            _, name, err = max(worst)
+            others = ", ".join(
+                f"{s} {errors[s][name][0]:+.3f}"
+                for s in samplers
+                if s != sampler and name in errors[s]
+            )
+            lines.append(
+                f"- {sampler} on {model}: `{name}` {err:+.3f} sd over {len(own)} seeds "
+                f"(combined z {errors[sampler][name][1]:+.1f}; others: {others or 'none'}); "
+                f"alarmed {sum(alarmed(r) for r in own)} of {len(own)}, within the widened "
+                f"bars {sum(within_widened_bars(r) for r in own)} of {len(own)}"
+            )
+    return lines or ["- none"]
+
+
 def table(rows: list[dict]) -> str:
     """The markdown report: counts per sampler, then every run where the alarm and the
     bars disagree."""
@@ -117,6 +172,13 @@ def table(rows: list[dict]) -> str:
         lines.append(f"- {r['sampler']}, {describe(r)}; {widened} the widened bars")
     if not silent:
         lines.append("- none")
+    lines += [
+        "",
+        "Errors the seeds repeat (a bias that single runs' bars can hide; see "
+        "`consistent_errors`):",
+        "",
+    ]
+    lines += consistent_errors(rows)
     return "\n".join(lines)
 
 
