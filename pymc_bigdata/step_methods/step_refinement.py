@@ -79,6 +79,7 @@ class StepRefinement:
     def restart(self) -> None:
         """A new chain: forget the curvatures seen."""
         self._seen: deque[float] = deque(maxlen=self.WINDOW)
+        self._typical: float | None = None  # the median of _seen, until it changes
 
     @staticmethod
     def curvature(info: Any) -> float:
@@ -91,12 +92,15 @@ class StepRefinement:
         at the base step, 1 before ``MIN_SEEN`` of them."""
         if len(self._seen) < self.MIN_SEEN:
             return 1.0
-        return float(np.median(self._seen))
+        if self._typical is None:
+            self._typical = float(np.median(self._seen))
+        return self._typical
 
     def observe(self, path_curvature: float) -> None:
         """A tuning draw's path curvature at the base step."""
         if math.isfinite(path_curvature) and path_curvature > 0.0:
             self._seen.append(path_curvature)
+            self._typical = None
 
     def too_stiff(self, path_curvature: float, step: float, base_step: float) -> bool:
         """Whether a path of this curvature run at ``step`` (the chain's step ``base_step``)
