@@ -7,7 +7,10 @@ One iteration is Algorithm 1, HMC-within-Gibbs on the extended target (3.3),
    ``theta`` (3.5), correlated over iterations by refreshing one block of ``G`` (perturbed) or
    ``kappa`` of the ``lambda`` products (signed), so that ``rho ~ 1 - 1/G`` (Sec. 3.3, 5.3);
 2. an HMC update of ``theta`` given ``u``: leapfrog dynamics on that subsample's estimated
-   Hamiltonian and the accept test (3.7) with the same estimate (Sec. 3.4).
+   Hamiltonian and the accept test (3.7) with the same estimate (Sec. 3.4). A trajectory
+   whose energy blows up is rejected: a divergence, unless it blew up at a zero of the
+   signed ``L_hat``, where ``log |L_hat|`` has a pole (``ZERO_NEAR``; ours, not the paper's:
+   the kernel rejects it all the same and only names it otherwise).
 
 The estimators (pure numpy, on the per-row residuals ``d_k = l_k - q_k`` the layer computes):
 
