@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 import warnings
@@ -50,6 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import hard_models as hm  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from report import git_revision  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 #: the json rows keep every coordinate's errors for models of at most this many coordinates
@@ -391,9 +393,7 @@ def main(argv=None) -> None:
         "--seeds", nargs="+", type=int, default=[2026], help="random_seed of each run"
     )
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
     rows = []
     for name in args.only:
         model, ref = reference(name)

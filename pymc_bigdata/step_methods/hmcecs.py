@@ -44,6 +44,7 @@ from pymc_bigdata.step_methods.hmcecs_settings import (
 )
 from pymc_bigdata.step_methods.hmcecs_stats import HMCECS_STATS, draw_stats
 from pymc_bigdata.step_methods.hmcecs_subsample import SubsampleSettings, SubsampleTuner
+from pymc_bigdata.step_methods.hmcecs_tuning import SubsampleTuning
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.step_size import DualAveragingStepSize
 
@@ -385,16 +386,24 @@ class HMCECS(SubsamplingStep):
     def _adapt(self, theta: np.ndarray, virial: float) -> bool:
         """The base's windows (a new preconditioner restarts dual averaging there); then, at
         a window's end where the control variates are poor, the anchor and its curvature move
-        to the window's mean (:meth:`~.hmcecs_subsample.SubsampleTuner.window_ended`). A moved
-        anchor restarts the measurements for ``m`` (the residuals changed)."""
+        to the window's mean (:meth:`~.hmcecs_subsample.SubsampleTuner.window_ended`); signed,
+        only where a later tuning draw re-chooses ``lambda`` and ``a`` for it. A moved anchor
+        restarts the measurements for ``m`` (the residuals changed)."""
         if self._adaptation.windows.collecting(self._draw_index):
             self._tuner.window_draw(theta)
         ended = super()._adapt(theta, virial)
-        anchor = self._tuner.window_ended() if ended else None
+        # signed: lambda, a measured at the old anchor do not fit a new one (a = mu - lambda)
+        may_move = self.estimator != "signed" or self._retune_ahead()
+        anchor = self._tuner.window_ended(may_move=may_move) if ended else None
         if anchor is not None:
             self.anchor, self._evaluation = anchor, None
         self._tuner.watch_anchor(self.anchor)
         return ended
+
+    def _retune_ahead(self) -> bool:
+        """Whether tuning re-chooses ``m`` (or ``lambda``, ``a``) after this draw."""
+        last = self._adaptation.windows.terminal_start or self._chain_tune
+        return any(SubsampleTuning.due(j, last) for j in range(self._draw_index + 1, last + 1))
 
     def _make_step_policy(self) -> DualAveragingStepSize:
         """Dual averaging (Sec. 6.3) at a fixed trajectory length: it sets the step at each

@@ -218,15 +218,25 @@ class SubsampleTuner:
         self._window_sum += theta
         self._window_count += 1
 
-    def window_ended(self) -> Anchor | None:
+    def window_ended(self, may_move: bool = True) -> Anchor | None:
         """A tuning window ended: where the control variates were poor
         (:meth:`~.hmcecs_tuning.SubsampleTuning.poor_control_variates`), the anchor moved to
         the mean of the window's draws (at least ``MIN_REFIT_DRAWS``) with the full-data
         curvature there (:func:`~.hmcecs_estimates.anchor_at`: second order, ``d <= 2000``;
-        one gradient and one Hessian pass over the data); else None."""
+        one gradient and one Hessian pass over the data); else None.
+
+        ``may_move=False`` (the signed estimator, where no later tuning draw re-chooses
+        ``lambda`` and ``a``): the anchor stays with the settings measured at it. Moved at the
+        terminal buffer's start, it left ``a = mu - lambda`` at the old anchor's level
+        (``two_level_logistic_noncentred`` seed 2: ``Var log |L_hat|`` 38 times its target at
+        the draws, 15 % negative signs; re-measuring there on the pilot's 1,000 rows chose
+        ``lambda`` 3 on the other chain, whose draws then had a variance of 5,879). The
+        perturbed estimator's ``m`` stays valid for a better anchor, which only shrinks the
+        residuals: it still moves (kept from there, ``hier_logistic_centred`` in
+        ``test_hard_targets.py`` ended 4.6 MCSE off)."""
         poor = self.tuning.poor_control_variates()
         anchor = None
-        if poor and self._window_count >= MIN_REFIT_DRAWS:
+        if poor and may_move and self._window_count >= MIN_REFIT_DRAWS:
             center = self._window_sum / self._window_count
             anchor = anchor_at(self.layer, center, self.taylor_order)
         self._window_sum, self._window_count = np.zeros(self.layer.dim), 0

@@ -321,3 +321,41 @@ def test_signed_blow_ups_at_the_estimate_s_zeros_are_not_divergences():
     assert zeros.sum() >= 1
     assert not stats["accepted"].values[zeros].any()
     assert not [w for w in caught if issubclass(w.category, pmbd.DivergenceWarning)]
+
+
+def test_the_anchor_stays_where_no_later_tuning_draw_re_chooses_lambda(logistic, monkeypatch):
+    """Every tuning window is told the control variates were poor, so the anchor moves at
+    each window's end, except the last (the terminal buffer's start): no later tuning draw
+    would re-choose ``lambda`` and ``a`` for a new anchor, and a move there left them
+    measured at the old one (signed, ``two_level_logistic_noncentred`` seed 2:
+    ``Var log |L_hat|`` 38 times its target at the draws). Fails when ``_adapt`` lets that
+    last window move the anchor (``may_move`` always True)."""
+    from pymc_bigdata.step_methods.hmcecs_tuning import SubsampleTuning
+
+    model, layer = logistic
+    step = pmbd.HMCECS(model=model, layer=layer, estimator="signed")
+    monkeypatch.setattr(SubsampleTuning, "poor_control_variates", lambda self: True)
+    calls = []
+    window_ended = step._tuner.window_ended
+
+    def spy(may_move: bool = True):
+        anchor = window_ended(may_move)
+        calls.append((step._draw_index, may_move, anchor is not None))
+        return anchor
+
+    step._tuner.window_ended = spy
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm.sample(
+            step=step,
+            tune=1000,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    *earlier, (last_index, may_move, anchor_moved) = calls
+    assert earlier and all(moved for _, _, moved in earlier)
+    assert last_index == step._adaptation.windows.terminal_start
+    assert not may_move and not anchor_moved
