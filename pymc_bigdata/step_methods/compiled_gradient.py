@@ -102,7 +102,8 @@ class CompiledGradient:
         if reason is not None:
             raise ValueError(f"The transition loop cannot be compiled: {reason}.")
         self._layer = layer
-        self._buffers: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        #: (batch size, id of the census's first array): (the census arrays, the buffers)
+        self._buffers: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, ...]]] = {}
         self._gradients: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
     @staticmethod
@@ -151,14 +152,13 @@ class CompiledGradient:
         census = estimator.census_rows
         n_census = 0 if census is None else len(census[0])
         key = (n, id(census[0]) if census is not None else 0)
-        if key not in self._buffers:
-            self._buffers[key] = tuple(
-                np.empty((n_census + n, *r.shape[1:]), dtype=r.dtype) for r in rows
-            )
-            if census is not None:
-                for buffer, rows in zip(self._buffers[key], census):
-                    buffer[:n_census] = rows
-        return self._buffers[key]
+        held = self._buffers.get(key)
+        if held is None:  # the entry holds its census, so no other array can take its id
+            buffers = tuple(np.empty((n_census + n, *r.shape[1:]), dtype=r.dtype) for r in rows)
+            for buffer, census_rows in zip(buffers, census or ()):
+                buffer[:n_census] = census_rows
+            held = self._buffers[key] = (census or (None,), buffers)
+        return held[1]
 
 
 def _held_values(fn: Any) -> tuple[np.ndarray, ...]:

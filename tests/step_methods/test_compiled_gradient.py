@@ -109,3 +109,36 @@ def test_compiled_loop_settings_errors(small_logistic):
         pmbd.SGHMC(model=model, layer=layer, integrator="sghmc", compiled_loop=True)
     with pytest.raises(ValueError, match="not compiled by PyTensor's Numba backend"):
         pmbd.SGHMC(model=model, mode="FAST_COMPILE", compiled_loop=True)
+
+
+def _array_at_the_id_of(freed_id: int, value: float) -> np.ndarray:
+    """A new 2 x 3 array of ``value``, at the place of a freed array (``freed_id``) where
+    CPython gives one within 10,000 tries (it does once that array is freed)."""
+    kept = []  # arrays at other places stay alive, so each try takes a new place
+    for _ in range(10_000):
+        array = np.empty((2, 3))  # np.full's temporary would take the place first
+        array.fill(value)
+        if id(array) == freed_id:
+            return array
+        kept.append(array)
+    return array
+
+
+def test_row_buffers_follow_a_new_census(small_logistic):
+    """A census freed and another made at its place: the buffers hold the new census's
+    rows (caught: a cache keyed on the census's id alone served the freed census's rows)."""
+    from types import SimpleNamespace
+
+    from pymc_bigdata.step_methods.compiled_gradient import CompiledGradient
+
+    _, layer = small_logistic
+    compiled = CompiledGradient(layer)
+    rows = [np.zeros((4, 3))]
+    first = SimpleNamespace(census_rows=[np.full((2, 3), 1.0)])
+    compiled._buffers_for(first, rows, 4)
+    freed_id = id(first.census_rows[0])
+    del first  # freed here, unless the cache holds it
+    census = [_array_at_the_id_of(freed_id, 7.0)]
+    (buffer,) = compiled._buffers_for(SimpleNamespace(census_rows=census), rows, 4)
+    assert buffer.shape == (6, 3)
+    np.testing.assert_array_equal(buffer[:2], 7.0)
