@@ -44,6 +44,7 @@ import pymc as pm
 from pymc.stats.convergence import run_convergence_checks
 
 import pymc_bigdata as pmbd
+from pymc_bigdata.step_methods.crawl import split_chain_ess, watched_coordinates
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -170,6 +171,14 @@ def recentred(layer) -> bool:
     return any(np.any(r.centredness != r.effect.model_centredness) for r in reparam.reparams)
 
 
+def crawl_ess(idata, layer) -> list[float]:
+    """Each chain's smallest bulk ESS of its own kept draws over the coordinates the crawl
+    alarm watches: the alarm's statistic, recomputed from the draws (``crawl.py``)."""
+    draws = np.concatenate([unconstrained(idata, v.name) for v in layer.graph.value_vars], axis=2)
+    watched = watched_coordinates(layer.var_sizes)
+    return [float(split_chain_ess(chain[:, watched]).min()) for chain in draws]
+
+
 def run_one(
     name: str, model, ref, sampler: str, reparameterize: bool = True, seed: int = 2026
 ) -> dict:
@@ -250,6 +259,13 @@ def run_one(
         "census": len(step.census),
         "divergences": int(stats["diverging"].values.sum()),
         "bias_alarm": any(issubclass(w.category, pmbd.BiasWarning) for w in caught),
+        # each BiasWarning's first sentence (which alarm fired)
+        "alarm_texts": [
+            str(w.message).split(". ")[0][:200]
+            for w in caught
+            if issubclass(w.category, pmbd.BiasWarning)
+        ],
+        "crawl_ess": crawl_ess(idata, step.layer),
         "pymc_warnings": pymc_convergence_warnings(idata, model),
         "map_problem": step.map_problem,
         "recentred": recentred(step.layer),

@@ -7,11 +7,13 @@ per-draw statistic looks healthy while the draws are far from a sample of the po
 coordinates (the value variables, as ``az.summary`` reports them; beyond, every coordinate of
 the small variables, :func:`watched_coordinates`) and, at the chain's end,
 their bulk effective sample sizes (ArviZ's, one chain): where the smallest is below
-``CRAWL_ESS_SHARE`` of the draws, it reports the chain as
+``CRAWL_ESS_SHARE`` of the draws or below ``CRAWL_MIN_ESS``, it reports the chain as
 crawling. The in-band runs of the hard-target results hold at least 6.6 % (two-chain bulk ESS
 133 of 2,000: signed HMC-ECS on the non-centred hierarchy in its own coordinates,
 ``benchmarks/results/hard_targets_redesign.md``); the crawling runs the issues reported held
-0.1-1.2 % (ESS 2-25 of 2,000).
+0.1-1.2 % (ESS 2-25 of 2,000). The floor: a chain of fewer than 50 effective draws places a
+mean to no better than 0.14 posterior sds (two such chains: 0.1, the bars of the hard
+targets), whatever its length; ``benchmarks/results/crawl_floor.md`` counts what it adds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "CRAWL_COORDINATES",
     "CRAWL_ESS_SHARE",
     "CRAWL_MIN_DRAWS",
+    "CRAWL_MIN_ESS",
     "CRAWL_SMALL_VARIABLE",
     "CrawlWatch",
     "split_chain_ess",
@@ -32,6 +35,9 @@ __all__ = [
 
 #: a chain whose smallest bulk ESS is below this share of its draws crawls
 CRAWL_ESS_SHARE = 0.02
+
+#: a chain whose smallest bulk ESS is below this crawls, whatever its length (module docstring)
+CRAWL_MIN_ESS = 50
 
 #: chains shorter than this are not judged (their ESS estimates are themselves too noisy)
 CRAWL_MIN_DRAWS = 200
@@ -92,14 +98,15 @@ class CrawlWatch:
         if self._count < CRAWL_MIN_DRAWS:
             return None
         ess, coordinate = self.smallest_ess()
-        if ess >= CRAWL_ESS_SHARE * self._count:
+        if ess >= max(CRAWL_ESS_SHARE * self._count, CRAWL_MIN_ESS):
             return None
         return (
             f"{sampler}: the chain crawls: its draws hold {ess:.0f} effective draws of "
-            f"{self._count} in {self.label(coordinate)} (bulk ESS "
-            f"of this chain alone, below {CRAWL_ESS_SHARE:.0%}), so they may stay near where "
-            "tuning left them rather than sample the posterior. Sample longer, compare several "
-            "chains (R-hat), or reparameterise."
+            f"{self._count} in {self.label(coordinate)} (bulk ESS of this chain alone, below "
+            f"{CRAWL_ESS_SHARE:.0%} of its draws or below {CRAWL_MIN_ESS}), so they may stay "
+            "near where tuning left them rather than sample the posterior, and its means are "
+            "uncertain by more than 0.14 sd. Sample longer, compare several chains (R-hat), or "
+            "reparameterise."
         )
 
 

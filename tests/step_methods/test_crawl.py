@@ -6,6 +6,8 @@ was seen to fail on):
 * on independent draws the watch is silent; on an AR(1) chain with autocorrelation 0.999 (an
   ESS near 0.05 % of the draws) it reports a crawl naming the slowest coordinate; a chain
   shorter than ``CRAWL_MIN_DRAWS`` is not judged;
+* a chain above the 2 % share but below ``CRAWL_MIN_ESS`` effective draws crawls, one above
+  both does not;
 * an SGLD chain made to crawl on purpose (a fixed step 1,000 times below its default) ends in
   a BiasWarning that says so, while the defaults on the same model raise none.
 """
@@ -22,6 +24,7 @@ import pymc_bigdata as pmbd
 from pymc_bigdata.step_methods.crawl import (
     CRAWL_COORDINATES,
     CRAWL_MIN_DRAWS,
+    CRAWL_MIN_ESS,
     CrawlWatch,
     watched_coordinates,
 )
@@ -65,6 +68,20 @@ def test_a_crawling_chain_is_reported():
     for row in draws:
         named.add(row)
     assert "in beta[1] (bulk ESS" in named.problem("X")
+
+
+@pytest.mark.parametrize("rho, crawls", [(0.94, True), (0.7, False)], ids=["ess-39", "ess-137"])
+def test_fewer_than_the_floor_of_effective_draws_is_a_crawl(rho, crawls):
+    """1,000 draws of an AR(1) chain: at autocorrelation 0.94 (ESS 39: above the 2 %
+    share, below the floor of 50) the chain crawls; at 0.7 (about 140) it does not.
+    Mutation: ``max(CRAWL_ESS_SHARE * self._count, CRAWL_MIN_ESS)`` -> ``CRAWL_ESS_SHARE *
+    self._count`` (the share alone): the first goes unreported."""
+    watch = CrawlWatch(1, 1000)
+    for row in _ar1(1000, 1, rho, seed=8):
+        watch.add(row)
+    ess = watch.smallest_ess()[0]
+    assert (20 < ess < CRAWL_MIN_ESS) if crawls else ess > 2 * CRAWL_MIN_ESS
+    assert (watch.problem("X") is not None) == crawls
 
 
 def test_a_crawling_scalar_among_thousands_of_effects_is_reported():
