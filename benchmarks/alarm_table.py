@@ -16,6 +16,8 @@ bars by the run's Monte Carlo error as ``alarm_calibration.py`` does (min bulk E
 off target by that run alone. Last, the errors the seeds repeat (``consistent_errors``): a
 coordinate on which one sampler's seeds err the same way, by at least half its bar with a
 combined z-score of at least ``CONSISTENT_Z``, is a bias that no single run's bars show.
+Runs re-run since (``--reruns``, default ``results/crawl_floor.json``: the low-ESS runs under
+the crawl alarm's floor) replace their rows.
 """
 
 from __future__ import annotations
@@ -182,10 +184,31 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def with_reruns(rows: list[dict], paths: list[Path]) -> tuple[list[dict], dict]:
+    """``rows`` with each run that a file of ``paths`` re-ran (same sampler, target and seed)
+    replaced by its re-run; and, per file, its commit and how many rows it replaced."""
+    replaced = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        again = {(r["sampler"], r["model"], r["seed"]): r for r in data["rows"]}
+        keys = [(r["sampler"], r["model"], r.get("seed")) for r in rows]
+        rows = [again.get(key, row) for key, row in zip(keys, rows)]
+        replaced[path.name] = (data["commit"], sum(key in again for key in keys))
+    return rows, replaced
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", nargs="+", default=None, help="hard_targets json files")
     parser.add_argument("--out", default="alarm_table")
+    parser.add_argument(
+        "--reruns",
+        nargs="*",
+        default=["crawl_floor.json"],
+        help="results files whose rows replace the same sampler, target and seed's",
+    )
     args = parser.parse_args(argv)
     paths = (
         [Path(p) for p in args.inputs]
@@ -197,7 +220,12 @@ def main(argv=None) -> None:
         data = json.loads(path.read_text())
         rows += data["rows"]
         commits[path.name] = data["commit"]
+    rows, replaced = with_reruns(rows, [RESULTS / name for name in args.reruns])
     sources = ", ".join(f"`{name}` ({commit})" for name, commit in commits.items())
+    sources += "".join(
+        f"; {count} of those runs replaced by their re-runs in `{name}` ({commit})"
+        for name, (commit, count) in replaced.items()
+    )
     text = (
         "# The alarms on the hard targets, three seeds\n\n"
         f"From {sources}: `pm.sample` defaults (2 chains, 1,000 + 1,000 draws) on "
