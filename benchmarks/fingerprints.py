@@ -3,7 +3,8 @@
 Each sampler runs one short chain (200 tuning draws, 200 draws) on small fast targets at a
 fixed seed; the script records a SHA-256 of the draws (posterior and sample stats, bit for
 bit) and their means. Run it at two commits and compare the JSON files: a sampler whose
-algorithm did not change must give identical hashes.
+algorithm did not change must give identical hashes — on the same machine and packages
+(``"environment"``: another CPU or BLAS changes round-off, and long chains part ways).
 
     bash scripts/venv.sh benchmarks/fingerprints.py OUT.json
     bash scripts/venv.sh benchmarks/fingerprints.py --compare A.json B.json
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
+import platform
 import sys
 import warnings
 from collections.abc import Callable
@@ -141,7 +144,25 @@ def run_all(only: list[str] | None) -> dict:
     return results
 
 
-def compare(a: dict, b: dict) -> int:
+def environment() -> dict[str, str]:
+    """The CPU and the numerical packages, which fix the draws' round-off with the code."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    packages = ("numpy", "scipy", "pytensor", "pymc", "numba")
+    return {"cpu": cpu, **{name: importlib.metadata.version(name) for name in packages}}
+
+
+def compare(first: dict, second: dict) -> int:
+    """Print each run as same or changed (with the arrays that changed); the number changed."""
+    env_a, env_b = first.get("environment"), second.get("environment")
+    if env_a != env_b:
+        print(f"other environments (draws may differ by round-off): {env_a} vs {env_b}")
+    a = {k: v for k, v in first.items() if k != "environment"}
+    b = {k: v for k, v in second.items() if k != "environment"}
     changed = 0
     for key in sorted(set(a) | set(b)):
         same = key in a and key in b and a[key]["sha256"] == b[key]["sha256"]
@@ -163,7 +184,7 @@ def main(argv: list[str]) -> int:
     if args.compare:
         with open(args.compare[0]) as fa, open(args.compare[1]) as fb:
             return 1 if compare(json.load(fa), json.load(fb)) else 0
-    results = run_all(args.only)
+    results = run_all(args.only) | {"environment": environment()}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
