@@ -13,6 +13,7 @@ Everything is compiled lazily, once per layer, and shared by every sampler built
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 
 import numpy as np
@@ -106,6 +107,22 @@ class MinibatchModel:
             graph.from_model,
         )
         self._map_results: dict[bytes, MapResult] = {}
+        self._derived: dict[str, MinibatchModel] = {}
+
+    def __getstate__(self) -> dict:
+        # layers derived from this one are rebuilt where needed, not carried along
+        state = self.__dict__.copy()
+        state["_derived"] = {}
+        return state
+
+    def derived(self, key: str, build: Callable[[], MinibatchModel]) -> MinibatchModel:
+        """The layer ``build()`` returns (e.g. this model in other coordinates,
+        :func:`~pymc_bigdata.step_methods.coordinates.sampling_layer`), built once per
+        ``key`` and shared by every step on this layer, so that a second step compiles no
+        graph and searches no MAP again (deterministic builds only: no random numbers)."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
 
     @property
     def initial_theta(self) -> np.ndarray:

@@ -128,11 +128,18 @@ def sampling_layer(layer: MinibatchModel, reparameterize: bool) -> MinibatchMode
     model's coordinates are kept where no group moves by more than ``REPARAM_MIN_CHANGE``
     and the MAP's scale is within ``BULK_SCALE_RATIO`` of the bulk's; otherwise the layer
     moves to ``c_j`` and its MAP is searched from the bulk's point
-    (:func:`~pymc_bigdata.model.group_fit.bulk_point`). Costs: no second compile; two
-    full-data passes per effect and, where the coordinates change, a second MAP search.
+    (:func:`~pymc_bigdata.model.group_fit.bulk_point`). Costs, once per ``layer`` (later
+    steps on it share the result, :meth:`~pymc_bigdata.MinibatchModel.derived`): one
+    compile of the centred layer's graphs; two full-data passes per effect and, where the
+    coordinates change, a second MAP search.
     """
     if not reparameterize or layer.reparam is not None or layer.held_vars or layer.discrete:
         return layer
+    return layer.derived("sampling", lambda: _centred_layer(layer))
+
+
+def _centred_layer(layer: MinibatchModel) -> MinibatchModel:
+    """:func:`sampling_layer`'s layer for a layer in the model's own coordinates."""
     effects = loc_scale_effects(layer)
     if not effects:
         return layer

@@ -233,7 +233,7 @@ class SubsampleTuner:
         ``lambda`` 3 on the other chain, whose draws then had a variance of 5,879). The
         perturbed estimator's ``m`` stays valid for a better anchor, which only shrinks the
         residuals: it still moves (kept from there, ``hier_logistic_centred`` in
-        ``test_hard_targets.py`` ended 4.6 MCSE off)."""
+        ``test_hard_hmcecs_ewsg.py`` ended 4.6 MCSE off)."""
         poor = self.tuning.poor_control_variates()
         anchor = None
         if poor and may_move and self._window_count >= MIN_REFIT_DRAWS:

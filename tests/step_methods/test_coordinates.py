@@ -16,6 +16,7 @@ from __future__ import annotations
 import warnings
 
 import arviz as az
+import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
@@ -72,6 +73,27 @@ def test_data_rich_groups_are_recentred_by_the_rule():
     assert reparam.centredness[-1] > 0.99 and reparam.centredness.max() > REPARAM_MIN_CHANGE
     assert sampled.model_layer is layer
     assert sampling_layer(layer, False) is layer
+
+
+def test_steps_on_one_layer_share_its_sampling_layer(monkeypatch):
+    """A second step on the same layer gets the same re-centred layer, with no second
+    compile or MAP search (``MinibatchModel.derived``), and a pickled layer does not carry
+    it. Mutations, each watched failing: ``sampling_layer`` returning
+    ``_centred_layer(layer)`` (built per step: another layer and a MAP search); no
+    ``MinibatchModel.__getstate__`` (the pickle carries the re-centred layer)."""
+    layer = MinibatchModel(_noncentred(RICH, 0.7))
+    size = len(cloudpickle.dumps(layer))
+    first = pmbd.SGHMC(model=layer.model, layer=layer).layer
+    assert first.reparam is not None
+    searches = []
+    find_map = MinibatchModel.find_map
+    monkeypatch.setattr(
+        MinibatchModel, "find_map", lambda self, start=None: searches.append(1) or find_map(self)
+    )
+    second = pmbd.SGLD(model=layer.model, layer=layer).layer
+    assert second is first and not searches
+    # the pickle grew by the MAP's result (a few kB), not by a second layer (~ the first's)
+    assert len(cloudpickle.dumps(layer)) < 1.1 * size
 
 
 def test_coordinates_do_not_depend_on_how_the_model_is_written():

@@ -3,7 +3,7 @@ paper's claim against SGHMC with control variates off.
 
 Its posterior checks against analytic and exact references with defaults are in
 ``test_statistical.py`` (conjugate normal, linear regression, logistic regression on 100,000
-rows, 30 coefficients) and, where the Laplace fit is wrong, ``test_hard_targets.py``; the
+rows, 30 coefficients) and, where the Laplace fit is wrong, ``test_hard_hmcecs_ewsg.py``; the
 kernel's (Eq. 4's law, the paper's Gaussian experiment) in ``tests/kernels``.
 """
 

@@ -2,7 +2,7 @@
 
 The posterior checks of both estimators against analytic and exact references are in
 ``test_statistical.py`` (conjugate normal, linear regression, logistic regression on 100,000
-rows, 30 coefficients) and, on targets where the Laplace fit is wrong, ``test_hard_targets.py``.
+rows, 30 coefficients) and, on targets where the Laplace fit is wrong, ``test_hard_hmcecs_ewsg.py``.
 """
 
 from __future__ import annotations

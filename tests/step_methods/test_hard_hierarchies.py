@@ -1,0 +1,300 @@
+"""Hierarchical models at big-data scale against NUTS or exact references (slow; CI runs
+them): non-centred, crossed, two-level and data-poor centred hierarchies, each sampled in
+the coordinates the data pin down (``pymc_bigdata.step_methods.coordinates``), and the
+alarms of the runs that cannot work. Bars and references: ``tests/hard_checks.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+import pymc as pm
+import pytest
+from conftest import sample_two_chains
+from hard_checks import (
+    REFERENCES,
+    SD_BIAS,
+    assert_bars,
+    assert_bars_everywhere,
+    check_against_reference,
+    reference,
+    unconstrained_draws,
+)
+from hard_models import (
+    crossed_ratings,
+    hier_logistic,
+    make_sparse_regions_data,
+    sparse_regions,
+    two_level_logistic,
+)
+
+import pymc_bigdata as pmbd
+
+pytestmark = pytest.mark.slow
+
+
+# ---------------------------------------------------------------------- re-centred hierarchies
+@pytest.mark.parametrize("cls", [pmbd.SBPS, pmbd.AusterityMH], ids=["sbps", "austerity"])
+def test_noncentred_hierarchy_recentred(cls):
+    """The two samplers that failed on the non-centred hierarchy in its own coordinates (at
+    ca7cf3f, seed 2026: SBPS 0.180 sd with its alarm, AusterityMH 4.5 sd with its alarm,
+    ``benchmarks/results/hard_targets_redesign.md``) meet their bars with defaults, which
+    sample its data-rich groups centred (:mod:`pymc_bigdata.step_methods.coordinates`), with no
+    alarm. Watched failing with ``reparameterize`` defaulting to False."""
+    if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
+        pytest.skip("reference not computed (tests/references/makereferences.py)")
+    model = hier_logistic(centred=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, cls(model=model), seed=2026)
+    names = [v.name for v in model.value_vars]
+    draws = np.concatenate([unconstrained_draws(model, idata, n) for n in names], axis=-1)
+    draws = draws.reshape(-1, draws.shape[-1])
+    ref = reference("hier_logistic_noncentred")
+    ref_mean = np.concatenate([np.atleast_1d(ref[f"{n}__mean"]) for n in names])
+    ref_sd = np.concatenate([np.atleast_1d(ref[f"{n}__sd"]) for n in names])
+    assert_bars(cls, draws.mean(0), draws.std(0), ref_mean, ref_sd)
+
+
+# ---------------------------------------------------------------------- a MAP outside the bulk
+@pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
+def test_mode_outside_the_bulk_is_reported(centred):
+    """In the model's own coordinates (``reparameterize=False``), the non-centred
+    hierarchical model's joint mode is ~9 posterior sds from the bulk: the first window says
+    so (a ModeWarning naming the coordinate and the fix). The centred model's MAP is within
+    1 sd of the bulk: no such warning."""
+    model = hier_logistic(centred=centred)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(
+            step=pmbd.SGHMC(reparameterize=False),
+            tune=300,
+            draws=5,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    reported = [
+        w
+        for w in caught
+        if issubclass(w.category, pmbd.ModeWarning) and "does not describe" in str(w.message)
+    ]
+    assert bool(reported) is not centred
+
+
+@pytest.mark.parametrize("cls", [pmbd.SGHMC, pmbd.SGLD], ids=["sghmc", "sgld"])
+@pytest.mark.parametrize("coordinates", ["recentred", "model"])
+def test_noncentred_hierarchical_defaults(cls, coordinates):
+    """The non-centred model, whose joint mode is ~9 sds from the bulk in its own
+    coordinates. By default its data-rich groups are sampled centred (:mod:`.coordinates`),
+    where the MAP is close to the bulk: no ModeWarning. In the model's own coordinates
+    (``reparameterize=False``) the first settled window re-fits the Laplace fit at the draws'
+    mean (full-data curvature and anchor there). Either way the chains meet the bars against
+    the NUTS reference with no bias alarm (the MAP-based fit alone gave 5 sd errors and an
+    ESS of 3)."""
+    if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
+        pytest.skip("reference not computed (tests/references/makereferences.py)")
+    model = hier_logistic(centred=False)
+    kwargs = {} if coordinates == "recentred" else {"reparameterize": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        if coordinates == "recentred":
+            warnings.simplefilter("error", pmbd.ModeWarning)
+            idata = sample_two_chains(model, cls(model=model), seed=2026)
+        else:
+            with pytest.warns(pmbd.ModeWarning, match="does not describe"):
+                idata = sample_two_chains(model, cls(model=model, **kwargs), seed=2026)
+    ref = reference("hier_logistic_noncentred")
+    check_against_reference(model, idata, ref, SD_BIAS[cls])
+    assert_bars_everywhere(cls, model, idata, ref)
+
+
+def test_ten_row_minibatches_measure_the_noise_on_enough_rows():
+    """SGHMC with 10-row minibatches on the non-centred hierarchy (groups of 20 to 2,000
+    rows; ``benchmarks/results/alarm_calibration_hier.md``, seed 1). A small group's rows
+    enter a 10-row minibatch in one draw of ~50, with weight N/n: measured on the draw's own
+    10 rows, tuning's mean of the noise came out low in one chain, whose step was 3 times
+    its twin's and whose draws of one group effect were 23 % too wide (the pooled sd 12.5 %),
+    with no alarm. Measured on ``MEASURE_ROWS`` = 100 rows (ten minibatches), the run meets
+    the bars with no BiasWarning. Caught: ``measure_rows = 0`` (the draw's own minibatch;
+    sd ratio 1.125, watched failing)."""
+    if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
+        pytest.skip("reference not computed (tests/references/makereferences.py)")
+    model = hier_logistic(centred=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, pmbd.SGHMC(model=model, batch_size=10), seed=1)
+    ref = reference("hier_logistic_noncentred")
+    assert_bars_everywhere(pmbd.SGHMC, model, idata, ref)
+
+
+def test_crossed_ratings_residual_scale_with_defaults():
+    """Crossed ratings (2,000 raters x 2,000 items, 20 ratings per rater, d = 4,004, written
+    non-centred): SGHMC's defaults meet the bars on the globals (the scales and mu, where a
+    small excess spread of the 4,000 effects adds up) and on every effect, with no bias
+    alarm. Caught: ``noise_shift_bound=None`` (the noisiest coordinate's share bounded alone:
+    the residual scale 0.238 sd off, silently; watched failing)."""
+    if not (REFERENCES / "crossed_ratings.npz").exists():
+        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+    model = crossed_ratings(centred=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, pmbd.SGHMC(model=model), seed=2026)
+    ref = reference("crossed_ratings")
+    assert_bars_everywhere(pmbd.SGHMC, model, idata, ref)
+
+
+def test_two_level_hierarchy_with_defaults():
+    """Groups nested in regions, written non-centred (``two_level_logistic``: 60 groups of
+    5 to 6,929 rows in 6 regions, 60,000 rows, ``a = b[region] + tau_a z_a`` with
+    ``b = mu + tau_b z_b``): SGHMC's defaults sample the groups centred about their regions'
+    effects (:mod:`pymc_bigdata.model.nested_loc`) and meet the bars everywhere against
+    full-data NUTS, with no bias alarm. Caught: ``return self.parent(var)`` -> ``return
+    None`` in ``loc_scale._Layout.loc`` (the groups centred about 0 instead: the chain
+    crawls, min ESS 19, 0.253 sd off, its alarm raised; watched failing)."""
+    if not (REFERENCES / "two_level_logistic.npz").exists():
+        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+    model = two_level_logistic(centred=False)
+    step = pmbd.SGHMC(model=model)
+    [nested] = [r for r in step.layer.reparam.reparams if r.effect.parent is not None]
+    assert nested.effect.parent.name == "b"
+    assert np.any(nested.centredness > 0.9)  # the data-rich groups sampled centred
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, step, seed=2026)
+    assert_bars_everywhere(pmbd.SGHMC, model, idata, reference("two_level_logistic"))
+
+
+@pytest.fixture(scope="module")
+def sparse_regions_centred_run():
+    """SGHMC's defaults on the centred ``sparse_regions`` (seed 2026), a BiasWarning an error."""
+    model = sparse_regions(centred=True)
+    step = pmbd.SGHMC(model=model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, step, seed=2026)
+    return model, step, idata
+
+
+def test_data_poor_regions_of_a_centred_model_go_non_centred(sparse_regions_centred_run):
+    """Two levels written centred with data-poor regions (``sparse_regions``: 12 regions,
+    9 of them 1 or 2 groups of 3 to 8 rows; ``b ~ Normal(mu, tau_b)``, which the likelihood
+    never reads): the regions' effect is re-centred through its groups
+    (``group_fit.fit_parent``), data-poor regions less centred than data-rich ones, and
+    SGHMC's defaults meet the bars against the exact posterior, with no bias alarm, on every
+    coordinate but ``log tau_b``'s sd (the next test). Caught, each watched failing (the
+    centredness checks removed, so that sampling decides): ``_mark_parents`` returning at
+    once (``b`` left centred: the chain crawls, ESS 7 in ``mu``, its alarm raised); with the
+    centredness checks, ``PARENT_SCALE_SDS = 0`` (data-poor regions' centredness up to
+    0.89)."""
+    model, step, idata = sparse_regions_centred_run
+    [regions] = [r for r in step.layer.reparam.reparams if r.effect.children is not None]
+    assert regions.effect.name == "b" and regions.effect.centred
+    rich, poor = regions.centredness[:3], regions.centredness[3:]  # regions 0-2 data-rich
+    assert np.all(poor < 0.5) and np.any(poor == 0.0) and np.all(rich > 0.5)
+    assert_bars_everywhere(
+        pmbd.SGHMC, model, idata, reference("sparse_regions"), sd_unjudged=("tau_b_log__",)
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: log tau_b's left tail is under-sampled")
+def test_the_regions_scale_keeps_its_left_tail(sparse_regions_centred_run):
+    """Known defect, kept as a strict xfail so that its fix shows: ``log tau_b`` of
+    ``sparse_regions`` has an exponential left tail (skew -2.8, kurtosis 25; 0.56 % of the
+    mass below -3), and SGHMC's defaults sample too little of it: sd ratio 0.836 here, 0.87
+    over 2 x 20,000 draws of the non-centred model (0.18 % of the draws below -3;
+    ``benchmarks/results/sparse_regions_tail.md``, where single runs with less gradient
+    noise or a smaller step are too short to show what fixes it). An exact sampler's 2,000
+    independent draws land within [0.9, 1.1] 93 % of the time. Since the re-runs of stiff
+    draws (``max_refinements``) 0.896 here; over 2 x 10,000 draws at seeds 1-4 the sd ratio
+    is 0.86-1.05 (median 0.96) and the share below -4 0.6 times the exact one
+    (``benchmarks/results/sparse_regions_tail_refinement.md``): better, not yet there."""
+    model, _, idata = sparse_regions_centred_run
+    ref = reference("sparse_regions")
+    ratio = unconstrained_draws(model, idata, "tau_b_log__").std() / ref["tau_b_log____sd"][0]
+    assert 0.9 <= ratio <= 1.1, f"log tau_b's sd ratio {ratio:.3f}"
+
+
+def _exact_share_below(threshold: float) -> float:
+    """The exact posterior's share of ``log tau_b < threshold`` on ``sparse_regions`` (the
+    grid of ``tests/references/make_sparse_regionsreference.py``, at the reference's
+    ``slope`` and ``sigma``)."""
+    spec = importlib.util.spec_from_file_location(
+        "make_sparse_regionsreference", REFERENCES / "make_sparse_regionsreference.py"
+    )
+    exact = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exact)
+    ref = reference("sparse_regions")
+    slope, sigma = float(ref["slope__mean"][0]), float(np.exp(ref["sigma_log____mean"][0]))
+    group, region, x, y = make_sparse_regions_data()
+    n = np.bincount(group)
+    ybar = np.bincount(group, weights=y - slope * x) / n
+    weights = exact.log_scales_density(ybar, n, region, sigma).sum(axis=1)
+    return float(weights[exact.LOG_TAU_B < threshold].sum())
+
+
+def test_sghmc_reaches_the_regions_scales_left_tail():
+    """Over 2 x 10,000 draws of the centred ``sparse_regions`` (seed 2026), SGHMC's defaults
+    draw ``log tau_b`` below -3 at least a fifth as often as the exact posterior (0.56 %),
+    without a divergence: a draw whose path was too stiff for the bulk's step is re-run at a
+    finer one (``StepRefinement``); 0.37 % here. Caught (watched): ``max_refinements=0``
+    (2,353 divergences here; at seeds 1-4 its chains drew below -3 in 0.05-0.34 % of their
+    draws or stuck there with thousands of divergences,
+    ``benchmarks/results/sparse_regions_tail_refinement.md``)."""
+    _check_reaches_the_regions_scales_tail(pmbd.SGHMC, -3.0)
+
+
+def test_sgld_reaches_the_regions_scales_far_tail():
+    """Over 2 x 10,000 draws of the centred ``sparse_regions`` (seed 2026), SGLD with
+    ``max_refinements=6`` (off by default) draws ``log tau_b`` below -4 at least a fifth as
+    often as the exact posterior (0.20 %), without a divergence: as SGHMC's, its too-stiff
+    draws are re-run at a finer step (``StepRefinement(order=1)``); 0.43 % here. Caught
+    (watched): ``max_refinements=0`` (no draw below -4 here; none at seeds 1-4 either, where
+    the re-runs drew 0.08-0.13 % there,
+    ``benchmarks/results/sparse_regions_tail_refinement_sgld_centred.md``)."""
+    _check_reaches_the_regions_scales_tail(partial(pmbd.SGLD, max_refinements=6), -4.0)
+
+
+def _check_reaches_the_regions_scales_tail(sampler: Callable, threshold: float) -> None:
+    """``sampler(model=...)``, 2 x 10,000 draws of the centred ``sparse_regions`` at seed
+    2026: no divergence, and ``log tau_b`` below ``threshold`` at least a fifth as often as
+    in the exact posterior."""
+    model = sparse_regions(centred=True)
+    idata = sample_two_chains(model, sampler(model=model), seed=2026, draws=10_000)
+    share = float(np.mean(unconstrained_draws(model, idata, "tau_b_log__") < threshold))
+    exact = _exact_share_below(threshold)
+    assert idata.sample_stats["diverging"].values.sum() == 0
+    assert share >= exact / 5, f"{share:.4%} of the draws below {threshold}, exact {exact:.4%}"
+
+
+def test_hmcecs_perturbed_on_recentred_groups_expands_in_their_inputs():
+    """Perturbed HMC-ECS with defaults on the centred two-level hierarchy, whose groups the
+    step samples partially centred: it expands its control variates in the likelihood's
+    inputs there (``hmcecs_tuning.RECENTRED_SPACE``), and every coordinate is within the
+    MCSE bands of full-data NUTS (``check_posterior``, no widening). Caught:
+    ``recentred = False`` in ``SubsampleTuner`` (the expansion in the sampler's parameters:
+    ``tau_a`` 0.416 sd high, about 10 MCSE, silently; watched failing)."""
+    if not (REFERENCES / "two_level_logistic.npz").exists():
+        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+    model = two_level_logistic(centred=True)
+    step = pmbd.HMCECS(model=model)
+    idata = sample_two_chains(model, step, seed=2026)
+    assert idata.sample_stats["taylor_inputs"].values.all()
+    check_against_reference(model, idata, reference("two_level_logistic"), 1.0)
+
+
+# ---------------------------------------------------------------------- Austerity
+def test_austerity_crawling_chain_is_flagged():
+    """AusterityMH's defaults on the non-centred model in its own coordinates crawl (the
+    proposal scale tuned to 0.13 of its Gaussian optimum, the draws 4.5 sds off the NUTS reference:
+    ``benchmarks/results/hard_targets_austerity.md``); the collapsed scale raises a
+    BiasWarning naming it instead of passing silently."""
+    model = hier_logistic(centred=False)
+    step = pmbd.AusterityMH(model=model, reparameterize=False)  # the model's own coordinates
+    with pytest.warns(pmbd.BiasWarning, match="shrank the proposal scale"):
+        sample_two_chains(model, step, seed=2026)
