@@ -101,25 +101,17 @@ class MinibatchModel:
         self.row_logp_graph, self.prior_graph = graph.row_logp_graph, graph.prior_graph
         #: the map from this layer's coordinates to the model's (None: the model's own),
         #: and vectors mapped each way (:meth:`ModelGraph.to_model`, ``from_model``)
-        self.reparam, self.to_model, self.from_model = (
-            graph.reparam,
-            graph.to_model,
-            graph.from_model,
-        )
+        self.reparam = graph.reparam
+        self.to_model, self.from_model = graph.to_model, graph.from_model
         self._map_results: dict[bytes, MapResult] = {}
         self._derived: dict[str, MinibatchModel] = {}
 
     def __getstate__(self) -> dict:
-        # layers derived from this one are rebuilt where needed, not carried along
-        state = self.__dict__.copy()
-        state["_derived"] = {}
-        return state
+        return {**self.__dict__, "_derived": {}}  # derived layers are not carried along
 
     def derived(self, key: str, build: Callable[[], MinibatchModel]) -> MinibatchModel:
-        """The layer ``build()`` returns (e.g. this model in other coordinates,
-        :func:`~pymc_bigdata.step_methods.coordinates.sampling_layer`), built once per
-        ``key`` and shared by every step on this layer, so that a second step compiles no
-        graph and searches no MAP again (deterministic builds only: no random numbers)."""
+        """``build()`` (a deterministic layer, e.g. :func:`~pymc_bigdata.step_methods.
+        coordinates.sampling_layer`'s), once per ``key``, shared by every step on this layer."""
         if key not in self._derived:
             self._derived[key] = build()
         return self._derived[key]
