@@ -185,7 +185,7 @@ def test_signed_auto_picks_the_inputs_of_a_noncentred_model():
         own = {"layer": layer, "reparameterize": False}
         signed = pm.sample(step=pmbd.HMCECS(estimator="signed", **own), **kwargs)
         perturbed = pm.sample(step=pmbd.HMCECS(**own), **kwargs)
-        step = pmbd.HMCECS()
+        step = pmbd.HMCECS(layer=layer)  # the same model layer, re-centred by default
         recentred = pm.sample(step=step, **kwargs)
     assert bool(signed.sample_stats["taylor_inputs"].values[0, -1])
     assert not perturbed.sample_stats["taylor_inputs"].values.any()
