@@ -46,7 +46,7 @@ def test_noncentred_hierarchy_recentred(cls):
     sample its data-rich groups centred (:mod:`pymc_bigdata.step_methods.coordinates`), with no
     alarm. Watched failing with ``reparameterize`` defaulting to False."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
-        pytest.skip("reference not computed (tests/references/makereferences.py)")
+        pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmbd.BiasWarning)
@@ -98,7 +98,7 @@ def test_noncentred_hierarchical_defaults(cls, coordinates):
     the NUTS reference with no bias alarm (the MAP-based fit alone gave 5 sd errors and an
     ESS of 3)."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
-        pytest.skip("reference not computed (tests/references/makereferences.py)")
+        pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
     kwargs = {} if coordinates == "recentred" else {"reparameterize": False}
     with warnings.catch_warnings():
@@ -124,7 +124,7 @@ def test_ten_row_minibatches_measure_the_noise_on_enough_rows():
     the bars with no BiasWarning. Caught: ``measure_rows = 0`` (the draw's own minibatch;
     sd ratio 1.125, watched failing)."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
-        pytest.skip("reference not computed (tests/references/makereferences.py)")
+        pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmbd.BiasWarning)
@@ -140,7 +140,7 @@ def test_crossed_ratings_residual_scale_with_defaults():
     alarm. Caught: ``noise_shift_bound=None`` (the noisiest coordinate's share bounded alone:
     the residual scale 0.238 sd off, silently; watched failing)."""
     if not (REFERENCES / "crossed_ratings.npz").exists():
-        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+        pytest.skip("reference not computed (tests/references/make_hier_references.py)")
     model = crossed_ratings(centred=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmbd.BiasWarning)
@@ -158,7 +158,7 @@ def test_two_level_hierarchy_with_defaults():
     None`` in ``loc_scale._Layout.loc`` (the groups centred about 0 instead: the chain
     crawls, min ESS 19, 0.253 sd off, its alarm raised; watched failing)."""
     if not (REFERENCES / "two_level_logistic.npz").exists():
-        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+        pytest.skip("reference not computed (tests/references/make_hier_references.py)")
     model = two_level_logistic(centred=False)
     step = pmbd.SGHMC(model=model)
     [nested] = [r for r in step.layer.reparam.reparams if r.effect.parent is not None]
@@ -222,10 +222,10 @@ def test_the_regions_scale_keeps_its_left_tail(sparse_regions_centred_run):
 
 def _exact_share_below(threshold: float) -> float:
     """The exact posterior's share of ``log tau_b < threshold`` on ``sparse_regions`` (the
-    grid of ``tests/references/make_sparse_regionsreference.py``, at the reference's
+    grid of ``tests/references/make_sparse_regions_reference.py``, at the reference's
     ``slope`` and ``sigma``)."""
     spec = importlib.util.spec_from_file_location(
-        "make_sparse_regionsreference", REFERENCES / "make_sparse_regionsreference.py"
+        "make_sparse_regions_reference", REFERENCES / "make_sparse_regions_reference.py"
     )
     exact = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exact)
@@ -280,7 +280,7 @@ def test_hmcecs_perturbed_on_recentred_groups_expands_in_their_inputs():
     ``recentred = False`` in ``SubsampleTuner`` (the expansion in the sampler's parameters:
     ``tau_a`` 0.416 sd high, about 10 MCSE, silently; watched failing)."""
     if not (REFERENCES / "two_level_logistic.npz").exists():
-        pytest.skip("reference not computed (tests/references/make_hierreferences.py)")
+        pytest.skip("reference not computed (tests/references/make_hier_references.py)")
     model = two_level_logistic(centred=True)
     step = pmbd.HMCECS(model=model)
     idata = sample_two_chains(model, step, seed=2026)

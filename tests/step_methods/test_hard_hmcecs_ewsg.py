@@ -93,7 +93,7 @@ def test_signed_hmcecs_noncentred_expands_in_the_group_effects():
     gave 33 sd errors, all draws diverging); ``taylor_space="auto"`` expands in the group
     effects ``a = mu + tau z``, whose Taylor terms hold wherever ``a`` is in its posterior."""
     if not (REFERENCES / "hier_logistic_noncentred.npz").exists():
-        pytest.skip("reference not computed (tests/references/makereferences.py)")
+        pytest.skip("reference not computed (tests/references/make_references.py)")
     model = hier_logistic(centred=False)
     step = pmbd.HMCECS(model=model, estimator="signed", reparameterize=False)
     idata = sample_two_chains(model, step, seed=13, draws=6000)

@@ -90,7 +90,7 @@ def test_rare_event_defaults(cls, rare_event):
     prediction but below the alarm's 1.25 % share: its sds come out 1-5 % wide, inside the
     bars, and its alarm stays quiet (it fired here before the share was required)."""
     if not (REFERENCES / "rare_event_logistic.npz").exists():
-        pytest.skip("reference not computed (tests/references/makereferences.py)")
+        pytest.skip("reference not computed (tests/references/make_references.py)")
     model, layer = rare_event
     step = cls(model=model, layer=layer)
     assert len(step.census) >= 250
