@@ -7,7 +7,8 @@ directional derivatives, per-row gradients, Hessian-vector products and dense He
 :func:`compile_function` is the one way the package compiles a graph; a
 :class:`ChunkFunction` is a compiled per-chunk function that can travel to dask workers.
 Pickled, a :class:`CompiledModel` keeps its graphs and drops its compiled functions (rebuilt
-lazily, fast from PyTensor's compile cache).
+lazily, fast from PyTensor's compile cache). A graph computing what one compiled earlier in
+the process computed gets that function back (:mod:`pymc_bigdata.model.function_cache`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pytensor.graph.replace import clone_replace, graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
+from pymc_bigdata.model.function_cache import FunctionCache
 from pymc_bigdata.model.graph import ModelGraph
 
 __all__ = ["ChunkFunction", "CompiledModel", "compile_function", "strict_floats"]
@@ -46,6 +48,9 @@ def strict_floats():
     return pytensor.config.change_flags(**STRICT_FLOAT_FLAGS)
 
 
+#: every function :func:`compile_function` compiled on this process, by what its graph computes
+FUNCTIONS = FunctionCache()
+
 #: functions compiled on this process for ChunkFunctions that arrived pickled (dask workers)
 _WORKER_FUNCTIONS: dict[tuple, Function] = {}
 
@@ -53,13 +58,24 @@ _WORKER_FUNCTIONS: dict[tuple, Function] = {}
 def compile_function(
     inputs: list[Variable], outputs: Variable | list[Variable], mode: str | None
 ) -> Function:
-    """Compile ``outputs`` of ``inputs``; the result trusts its inputs' types (no checks)."""
-    with strict_floats():
-        fn = pytensor.function(
-            inputs, outputs, mode=mode, on_unused_input="ignore", trust_input=False
-        )
-    fn.trust_input = True
-    return fn
+    """Compile ``outputs`` of ``inputs``; the result trusts its inputs' types (no checks).
+
+    A graph that computes what an earlier one of this process computed gets that compiled
+    function (:data:`FUNCTIONS`), without PyTensor's rewrites and Numba's compile.
+    """
+    config = pytensor.config
+    single = isinstance(outputs, Variable)
+    context = (mode, single, config.mode, config.linker, config.optimizer, config.floatX)
+
+    def compile_new() -> Function:
+        with strict_floats():
+            fn = pytensor.function(
+                inputs, outputs, mode=mode, on_unused_input="ignore", trust_input=False
+            )
+        fn.trust_input = True
+        return fn
+
+    return FUNCTIONS.get(inputs, [outputs] if single else outputs, context, compile_new)
 
 
 class ChunkFunction:
