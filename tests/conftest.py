@@ -164,3 +164,23 @@ def check_declared_stats(step, idata) -> None:
             continue
         assert name in stats, name
         assert np.dtype(stats[name].dtype).kind == np.dtype(dtype).kind, name
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup`` (CI's slow job) and put the notebooks first.
+
+    A file's tests form one group, so that its module fixtures are built once, on one worker;
+    each notebook is a group of its own: the slow notebooks are the longest units (under
+    ``--dist loadfile`` their one file held 31 of the slow job's 60 minutes on one worker).
+    Placed first, they start at once and the files fill in around them. Other ``--dist``
+    modes ignore the groups; runs without xdist ignore both.
+    """
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module.endswith("test_notebooks.py"):
+            group = "notebook-" + item.name.replace("[", "-").replace("]", "")
+        else:
+            group = module
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not item.nodeid.split("::")[0].endswith("test_notebooks.py"))
