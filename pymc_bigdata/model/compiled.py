@@ -14,6 +14,7 @@ the process computed gets that function back (:mod:`pymc_bigdata.model.function_
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from functools import cached_property
 
@@ -51,7 +52,8 @@ def strict_floats():
 #: every function :func:`compile_function` compiled on this process, by what its graph computes
 FUNCTIONS = FunctionCache()
 
-#: functions compiled on this process for ChunkFunctions that arrived pickled (dask workers)
+#: functions compiled on this process for ChunkFunctions that arrived pickled (dask workers),
+#: one per thread (a compiled function is not thread-safe)
 _WORKER_FUNCTIONS: dict[tuple, Function] = {}
 
 
@@ -82,12 +84,16 @@ class ChunkFunction:
     """A compiled per-chunk function that can travel to dask workers.
 
     Called here it is the compiled function given. Pickled, it carries its graphs (and the
-    held values they read) instead, and a worker compiles them once per process.
+    held values they read) instead, and a worker compiles them once per thread that calls it
+    (a Dask worker runs its tasks in threads; a compiled function is not thread-safe).
     """
 
     def __init__(self, inputs: list, outputs: list, mode, compiled=None):
         self.inputs, self.outputs, self.mode = inputs, outputs, mode
-        self.compiled = compiled
+        #: the compiled function of each thread that called it
+        self.compiled: dict[int, Function] = {}
+        if compiled is not None:
+            self.compiled[threading.get_ident()] = compiled
         self.key = (id(self), os.getpid(), uuid.uuid4().hex)
 
     @classmethod
@@ -98,25 +104,30 @@ class ChunkFunction:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["compiled"] = None
+        state["compiled"] = {}
         return state
 
     def __call__(self, *args):
-        if self.compiled is None:
-            held = [
-                v.get_value(borrow=True).tobytes()
-                for v in ancestors(self.outputs)
-                if isinstance(v, TensorSharedVariable)
-            ]
-            key = (self.key, *held)
-            if key not in _WORKER_FUNCTIONS:
-                with strict_floats():
-                    _WORKER_FUNCTIONS[key] = pytensor.function(
-                        self.inputs, self.outputs, mode=self.mode, on_unused_input="ignore"
-                    )
-            self.compiled = _WORKER_FUNCTIONS[key]
-        out = self.compiled(*args)
+        thread = threading.get_ident()
+        if thread not in self.compiled:
+            self.compiled[thread] = self._compile_here(thread)
+        out = self.compiled[thread](*args)
         return out if len(self.outputs) > 1 else out[0] if isinstance(out, list) else out
+
+    def _compile_here(self, thread: int) -> Function:
+        """This thread's function of the graphs (once per process and thread)."""
+        held = [
+            v.get_value(borrow=True).tobytes()
+            for v in ancestors(self.outputs)
+            if isinstance(v, TensorSharedVariable)
+        ]
+        key = (self.key, thread, *held)
+        if key not in _WORKER_FUNCTIONS:
+            with strict_floats():
+                _WORKER_FUNCTIONS[key] = pytensor.function(
+                    self.inputs, self.outputs, mode=self.mode, on_unused_input="ignore"
+                )
+        return _WORKER_FUNCTIONS[key]
 
 
 class CompiledModel:

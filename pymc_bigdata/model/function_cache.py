@@ -11,11 +11,16 @@ them equal: the same ops (``Op.__eq__``) applied in the same pattern to the same
 position and type), constants (by type and value) and shared variables (by identity, since
 a compiled function reads the shared variable it was compiled with). The cache keeps the
 last :data:`MAX_FUNCTIONS` functions and the shared variables their keys name.
+
+Each thread has its own functions: a PyTensor function holds its inputs' and outputs'
+storage, so two threads calling one function at once would read each other's values (chains
+in the threads of one Dask worker each unpickle their step and compile its graphs again).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
@@ -81,7 +86,8 @@ def graph_key(
 
 
 class FunctionCache:
-    """Compiled functions by :func:`graph_key`, the least recently used dropped first."""
+    """Compiled functions by :func:`graph_key` and thread, the least recently used dropped
+    first."""
 
     def __init__(self, max_functions: int = MAX_FUNCTIONS):
         self.max_functions = max_functions
@@ -99,12 +105,13 @@ class FunctionCache:
         context: Hashable,
         compile_new: Callable[[], Function],
     ) -> Function:
-        """The function cached for this graph, else ``compile_new()`` (then cached)."""
+        """The function this thread cached for this graph, else ``compile_new()`` (then
+        cached)."""
         keyed = graph_key(inputs, outputs, context)
         if keyed is None:
             self.misses += 1
             return compile_new()
-        key, held = keyed
+        key, held = (threading.get_ident(), keyed[0]), keyed[1]
         if key in self._functions:
             self.hits += 1
             self._functions.move_to_end(key)

@@ -1,10 +1,13 @@
 """Tests of :mod:`pymc_bigdata.model.compiled`: how the package compiles its graphs."""
 
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from pymc_bigdata.model.compiled import compile_function
+from pymc_bigdata.model.compiled import ChunkFunction, compile_function
 
 
 def _sequential_sum(values: np.ndarray) -> float:
@@ -28,3 +31,18 @@ def test_compiled_sums_keep_their_order_whatever_the_fast_math_default():
     with pytensor.config.change_flags(numba__fastmath=True):
         total = compile_function([x], (x * 1.0).sum(), None)(values)
     assert float(total) == _sequential_sum(values) == 0.0
+
+
+def test_a_travelled_chunk_function_compiles_once_per_thread():
+    """Unpickled (on a Dask worker, whose tasks run in threads), a chunk function compiles its
+    graphs once for each thread that calls it, never sharing one function between threads."""
+    x = pt.vector("x")
+    chunk = pickle.loads(pickle.dumps(ChunkFunction.compile([x], [(x**2).sum()], None)))
+    here = chunk(np.array([1.0, 2.0]))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        there = pool.submit(chunk, np.array([1.0, 2.0])).result()
+    assert float(here) == float(there) == 5.0
+    functions = list(chunk.compiled.values())
+    assert len(functions) == 2 and functions[0] is not functions[1]
+    chunk(np.array([3.0]))
+    assert len(chunk.compiled) == 2

@@ -1,6 +1,8 @@
 """Tests of :mod:`pymc_bigdata.model.function_cache`: a graph computing what an earlier one
 computed gets its compiled function; any other graph gets its own."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -122,3 +124,20 @@ def test_a_model_built_again_samples_as_if_compiled_anew(monkeypatch):
     assert cache.hits >= misses and cache.misses == misses
     monkeypatch.setattr(compiled, "FUNCTIONS", FunctionCache())
     np.testing.assert_array_equal(draws(_regression(5_000, seed=2)), cached)
+
+
+def test_each_thread_compiles_its_own_function(monkeypatch):
+    """A compiled function holds its inputs' and outputs' storage: two threads (chains in one
+    Dask worker's threads) must not call one function, so each gets its own, cached for it."""
+    monkeypatch.setattr(compiled, "FUNCTIONS", FunctionCache())
+
+    def compile_twice():
+        graphs = [_affine(1.0) for _ in range(2)]
+        return [compile_function([x], y, None) for x, y in graphs]
+
+    here = compile_twice()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        there = pool.submit(compile_twice).result()
+    assert here[1] is here[0] and there[1] is there[0]
+    assert there[0] is not here[0]
+    assert there[0](np.array([1.0, 2.0])).tolist() == here[0](np.array([1.0, 2.0])).tolist()
