@@ -92,6 +92,7 @@ class FunctionCache:
     def __init__(self, max_functions: int = MAX_FUNCTIONS):
         self.max_functions = max_functions
         self._functions: OrderedDict[tuple, tuple[Function, list[Variable]]] = OrderedDict()
+        self._lock = threading.Lock()  # threads look up and evict in one dict
         self.hits = 0
         self.misses = 0
 
@@ -112,17 +113,21 @@ class FunctionCache:
             self.misses += 1
             return compile_new()
         key, held = (threading.get_ident(), keyed[0]), keyed[1]
-        if key in self._functions:
-            self.hits += 1
-            self._functions.move_to_end(key)
-            return self._functions[key][0]
-        self.misses += 1
-        fn = compile_new()
-        self._functions[key] = (fn, held)
-        while len(self._functions) > self.max_functions:
-            self._functions.popitem(last=False)
+        with self._lock:
+            entry = self._functions.get(key)
+            if entry is not None:
+                self.hits += 1
+                self._functions.move_to_end(key)
+                return entry[0]
+            self.misses += 1
+        fn = compile_new()  # outside the lock: no other thread compiles this thread's key
+        with self._lock:
+            self._functions[key] = (fn, held)
+            while len(self._functions) > self.max_functions:
+                self._functions.popitem(last=False)
         return fn
 
     def clear(self) -> None:
         """Drop every cached function."""
-        self._functions.clear()
+        with self._lock:
+            self._functions.clear()
