@@ -28,7 +28,8 @@ PARAMS = [
 
 
 #: seconds a cell may run: a slow notebook's longest cell (austerity_flights' variable
-#: selection, 503 s alone) ran past 600 s beside another test on CI's two cores
+#: selection, 503 s alone before f491811 halved its draws; 270 s since) ran past 600 s beside
+#: another test on CI's two cores
 CELL_TIMEOUT = 600
 SLOW_CELL_TIMEOUT = 1800
 
