@@ -21,7 +21,7 @@ from pymc_bigdata.sources_arrow import is_table_source, open_table
 
 __all__ = ["Data", "row_column"]
 
-GATHERS = ("rows", "blocks")
+GATHERS = ("rows", "blocks", "windows")
 
 
 def Data(  # noqa: N802 - named like pm.Data, which it stands in for
@@ -65,7 +65,11 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         How minibatches read rows: ``"rows"`` (uniform rows; the default for memory and
         ``.npy``) or ``"blocks"`` (uniform rows inside a cache of random storage blocks; the
         default for zarr and dask, where reading one row decodes its whole chunk). See
-        :class:`pymc_bigdata.rows.BlockIndexSampler`.
+        :class:`pymc_bigdata.rows.BlockIndexSampler`. ``"windows"``: minibatches without
+        replacement are contiguous windows of a copy of the rows in a fixed random order,
+        made in memory once per process in one pass (about twice as fast a minibatch at 10⁶
+        in-memory rows, for another copy of the rows in memory; every array of the model then
+        reads its rows this way); see :mod:`pymc_bigdata.row_windows`.
     block_rows
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
         their own chunks.

@@ -30,6 +30,7 @@ from pymc_bigdata.index_samplers import (
     RowIndexSampler,
     check_batch_size,
 )
+from pymc_bigdata.row_windows import RowWindow, ShuffledRows, WindowIndexSampler
 from pymc_bigdata.sources import ArrayColumn, DaskColumn, as_column
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "LazyPermutation",
     "RowIndexSampler",
     "RowSource",
+    "RowWindow",
+    "WindowIndexSampler",
     "check_batch_size",
 ]
 
@@ -75,6 +78,10 @@ class RowSource:
     zarr and dask, where reading a row decodes its whole chunk) minibatches are uniform
     samples from a cache of random storage blocks that turns over as rows are used
     (:class:`BlockIndexSampler`); the settings come from the first column asking for it.
+    With ``"windows"`` (asked for by any array, :func:`pymc_bigdata.Data`) minibatches drawn
+    without replacement are contiguous windows of a copy of the rows in one fixed random
+    order, made in memory on first use (:mod:`pymc_bigdata.row_windows`); with replacement
+    they are uniform rows.
     """
 
     def __init__(
@@ -108,9 +115,13 @@ class RowSource:
         #: whether a complete pass has checked every row for NaN and infinities; until then
         #: every block read is checked (:meth:`check_finite`)
         self.verified = False
-        blocked = [c for c in self.columns if getattr(c, "gather", c.default_gather) == "blocks"]
-        #: ``"rows"`` (uniform minibatches) or ``"blocks"`` (rows inside cached blocks)
-        self.gather = "blocks" if blocked else "rows"
+        gathers = [getattr(c, "gather", c.default_gather) for c in self.columns]
+        blocked = [c for c, g in zip(self.columns, gathers) if g == "blocks"]
+        #: ``"rows"`` (uniform minibatches), ``"blocks"`` (rows inside cached blocks) or
+        #: ``"windows"`` (windows of a shuffled copy)
+        self.gather = _source_gather(self.columns, gathers)
+        #: the shuffled copies of window gathers, by the census rows they leave out
+        self._shuffled: dict[bytes, ShuffledRows] = {}
         lead = blocked[0] if blocked else self.columns[0]
         #: where each gather block starts (and N at the end)
         self.block_bounds = lead.block_bounds
@@ -149,9 +160,12 @@ class RowSource:
         """Whether every array is an in-memory numpy array."""
         return all(isinstance(c, ArrayColumn) for c in self.columns)
 
-    def take(self, row_indices: np.ndarray) -> list[np.ndarray]:
-        """Gather the given rows of every array (a copy, in the order given); refused where
-        they hold NaN or infinities and no complete pass has checked the data yet."""
+    def take(self, row_indices: np.ndarray | RowWindow) -> list[np.ndarray]:
+        """Gather the given rows of every array (a copy, in the order given; a window's
+        rows are views of its copy); refused where they hold NaN or infinities and no
+        complete pass has checked the data yet."""
+        if isinstance(row_indices, RowWindow):
+            return row_indices.rows()  # the copy was checked when it was read
         rows = _cast([c.take(row_indices) for c in self.columns], self._out_dtypes)
         if not self.verified:
             self._refuse_nonfinite(_nonfinite_counts(*rows))
@@ -161,7 +175,7 @@ class RowSource:
         """About ``n`` random rows (sorted): uniform rows, or with a block gather the rows
         of random whole blocks (reading each block once), for a cheap start such as the
         MAP search's first stage."""
-        if self.gather == "rows" or self.n_rows <= n:
+        if self.gather != "blocks" or self.n_rows <= n:
             return self.take(np.sort(rng.choice(self.n_rows, min(n, self.n_rows), replace=False)))
         bounds = self.block_bounds
         order = rng.permutation(len(bounds) - 1)
@@ -176,9 +190,11 @@ class RowSource:
         replace: bool = False,
         reshuffle: bool = True,
         exclude: np.ndarray | None = None,
-    ) -> RowIndexSampler | BlockIndexSampler:
+    ) -> RowIndexSampler | BlockIndexSampler | WindowIndexSampler:
         """The minibatch index sampler for this source's gather (see the class notes)."""
-        if self.gather == "rows":
+        if self.gather == "windows" and not replace:
+            return WindowIndexSampler(self.shuffled_rows(exclude), batch_size, rng, reshuffle)
+        if self.gather != "blocks":
             return RowIndexSampler(self.n_rows, batch_size, rng, replace, reshuffle, exclude)
         sampler = BlockIndexSampler(
             self.block_bounds, batch_size, rng, self.active_blocks, self.reuse, replace, exclude
@@ -190,6 +206,32 @@ class RowSource:
                     (sampler.active_blocks + 1) * _blocks_per_gather_block(column, self),
                 )
         return sampler
+
+    def shuffled_rows(self, exclude: np.ndarray | None = None) -> ShuffledRows:
+        """The window gathers' copy of every row but ``exclude``, one per census (its
+        arrays are read on first use, :meth:`rows_in_order`)."""
+        key = b"" if exclude is None else np.unique(exclude).astype(np.int64).tobytes()
+        if key not in self._shuffled:
+            self._shuffled[key] = ShuffledRows(self.rows_in_order, self.n_rows, exclude)
+        return self._shuffled[key]
+
+    def rows_in_order(self, order: np.ndarray) -> list[np.ndarray]:
+        """Every array's rows ``order`` (distinct row indices), copied in one full-data pass
+        (each block read in turn, its rows placed where ``order`` puts them)."""
+        position = np.full(self.n_rows, -1, dtype=np.int64)
+        position[order] = np.arange(len(order))
+        out = [
+            np.empty((len(order), *shape), dtype=dtype)
+            for shape, dtype in zip(self.trailing_shapes, self._out_dtypes)
+        ]
+        start = 0
+        for rows in self.chunks(DEFAULT_CHECK_ROWS, "copying rows for window gathers"):
+            where = position[start : start + len(rows[0])]
+            kept = where >= 0
+            for array, part in zip(out, rows):
+                array[where[kept]] = part[kept]
+            start += len(rows[0])
+        return out
 
     def chunks(self, chunk_rows: int, desc: str = "full-data pass") -> Iterator[list[np.ndarray]]:
         """Yield consecutive row blocks of at most ``chunk_rows`` rows, with a progress bar
@@ -292,6 +334,19 @@ PROGRESS_DELAY = 3.0
 
 #: rows per block when checking the data for NaN
 DEFAULT_CHECK_ROWS = 262_144
+
+
+def _source_gather(columns: Sequence[Any], gathers: Sequence[str]) -> str:
+    """The source's gather from its arrays' own: ``"blocks"`` or ``"windows"`` when any
+    array asks for it (not both), else ``"rows"``."""
+    asked = set(gathers) - {"rows"}
+    if len(asked) > 1:
+        names = {g: [c.name for c, h in zip(columns, gathers) if h == g] for g in sorted(asked)}
+        raise ValueError(
+            f"Row arrays ask for different gathers: {names}. Minibatches read every array's "
+            'rows together; give them one gather (e.g. gather="blocks" for a chunked store).'
+        )
+    return asked.pop() if asked else "rows"
 
 
 def _blocks_per_gather_block(column: Any, source: RowSource) -> int:

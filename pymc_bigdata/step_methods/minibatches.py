@@ -4,7 +4,8 @@ A step holds one :class:`Minibatches`. The rows of the census stratum (rows that
 dominate the gradient noise: a rare feature, a tiny group) enter every estimate with weight
 1; the others are subsampled, ``n`` at a time, with weight ``(N - C) / n`` (stratified
 sampling: unbiased, and the census rows add no noise). The row source's index sampler draws
-the subsampled rows (with or without replacement, reshuffled or independent minibatches).
+the subsampled rows (with or without replacement, reshuffled or independent minibatches;
+with a window gather, windows of a shuffled copy, :mod:`pymc_bigdata.row_windows`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.row_windows import RowWindow
 from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
@@ -88,8 +90,8 @@ class Minibatches:
         """The next ``measure_batches`` minibatches' rows together (census rows excluded)."""
         if self.measure_batches == 1:
             return self.draw()
-        indices = [self._sampler.draw() for _ in range(self.measure_batches)]
-        return self.layer.take_rows(np.concatenate(indices))
+        parts = [self.layer.take_rows(self._sampler.draw()) for _ in range(self.measure_batches)]
+        return [np.concatenate(arrays) for arrays in zip(*parts)]
 
     def reset(self, rng: np.random.Generator) -> None:
         """A new chain's generator."""
@@ -108,7 +110,8 @@ class Minibatches:
 
     def draw_indices(self) -> np.ndarray:
         """The next minibatch's row indices (census rows excluded)."""
-        return self._sampler.draw()
+        drawn = self._sampler.draw()
+        return drawn.indices if isinstance(drawn, RowWindow) else drawn
 
     def draw(self) -> list[np.ndarray]:
         """The next minibatch's rows (census rows excluded)."""

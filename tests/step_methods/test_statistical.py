@@ -250,3 +250,33 @@ def test_defaults_meet_targets_on_30_coefficients(name, logistic_d30):
     assert err.max() <= max_err
     assert lo <= result["sd_ratio"].min() and result["sd_ratio"].max() <= hi
     assert float(az.ess(idata, method="bulk")["beta"].min()) >= min_ess
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgld", "sbps"])
+def test_window_gathers_on_the_logistic_regression_100k(name, logistic_100k):
+    """The same 100,000 rows read through ``gather="windows"`` (windows of a shuffled copy:
+    independent for SGHMC and SBPS, reshuffled passes for SGLD) against the same reference.
+    With the copy's rows read as zeros every sampler fails it (watched). A copy whose ``X``
+    rows sit one position off their ``y`` passes: with control variates a canonical GLM's
+    gradient difference ``x (sigma(x a) - sigma(x theta))`` does not read ``y``, so
+    ``tests/test_row_windows.py`` checks the copy's rows and the windows' law instead."""
+    _, layer, ref = logistic_100k
+    x, y = logistic_data(100_000, 5, seed=23)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=x.shape[1])
+        features = pmbd.Data("X", x, gather="windows")
+        pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=y)
+    cls, sd_bias = SAMPLERS[name]
+    step = cls(model=model)
+    assert step.layer.rows.gather == "windows"
+    idata = sample_two_chains(model, step, seed=3)
+    check_posterior(
+        idata,
+        "beta",
+        ref["mean"],
+        ref["sd"],
+        ref_mean_se=ref["mean_se"],
+        ref_sd_se=ref["sd_se"],
+        sd_bias_ratio=sd_bias,
+    )
+    check_targets(idata, name, "beta", ref["mean"], ref["sd"])

@@ -1,0 +1,140 @@
+"""Window gathers (``pymc_bigdata.row_windows``): minibatches as windows of a shuffled copy."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_bigdata as pmbd
+from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
+from pymc_bigdata.rows import RowSource
+
+
+def window_source(n_rows: int = 50) -> RowSource:
+    """Two arrays whose rows say which row they are (row ``i`` holds ``i``)."""
+    x = np.repeat(np.arange(n_rows, dtype=np.float64)[:, None], 3, axis=1)
+    y = np.arange(n_rows)
+    source = RowSource([x, y], ["x", "y"])
+    source.gather = "windows"
+    return source
+
+
+def inclusion_counts(sampler: WindowIndexSampler, n_rows: int, draws: int) -> np.ndarray:
+    counts = np.zeros(n_rows)
+    for _ in range(draws):
+        np.add.at(counts, sampler.draw().indices, 1)
+    return counts
+
+
+@pytest.mark.parametrize("reshuffle", [False, True])
+def test_every_row_is_in_a_window_with_probability_n_over_n(reshuffle):
+    """Each row's share of 20,000 windows of 7 rows of 50 is 7/50, within 4.5 binomial sds:
+    windows that did not wrap around the copy's end (starts in [0, N - n]) give its first
+    and last rows a 1/44 share of the middle rows' (watched failing)."""
+    source = window_source(50)
+    sampler = source.index_sampler(7, np.random.default_rng(1), reshuffle=reshuffle)
+    assert isinstance(sampler, WindowIndexSampler)
+    draws = 20_000
+    counts = inclusion_counts(sampler, 50, draws)
+    p = 7 / 50
+    assert np.all(np.abs(counts - draws * p) <= 4.5 * np.sqrt(draws * p * (1 - p)))
+
+
+def test_a_reshuffled_pass_reads_disjoint_windows_from_a_random_offset():
+    """Within a pass (floor(N/n) windows) no row repeats; passes start at other offsets."""
+    source = window_source(50)
+    sampler = source.index_sampler(7, np.random.default_rng(2), reshuffle=True)
+    covered = []
+    for _ in range(5):
+        rows = np.concatenate([sampler.draw().indices for _ in range(50 // 7)])
+        assert len(np.unique(rows)) == len(rows) == 49
+        covered.append(frozenset(rows.tolist()))
+    assert len(set(covered)) > 1  # the row left out changes from pass to pass
+
+
+def test_a_window_reads_the_rows_of_its_indices_also_when_it_wraps():
+    """A window's rows are the source's rows at its indices (x and y of the same rows);
+    one that does not wrap is a view of the copy, one that wraps a copy of both ends."""
+    source = window_source(50)
+    shuffled = source.shuffled_rows()
+    for start in (0, 20, 45):
+        window = RowWindow(shuffled, start, 7)
+        x, y = source.take(window)
+        expected = source.take(window.indices)
+        np.testing.assert_array_equal(x, expected[0])
+        np.testing.assert_array_equal(y, expected[1])
+        np.testing.assert_array_equal(x[:, 0], y)
+        assert np.shares_memory(x, shuffled.arrays[0]) == (start + 7 <= 50)
+    assert not np.array_equal(shuffled.order, np.arange(50))  # a shuffled order
+
+
+def test_the_copy_is_read_in_one_pass_and_leaves_out_the_census():
+    """The census stratum's rows are never in a window, and the copy costs one pass."""
+    source = window_source(50)
+    census = np.array([3, 17, 40])
+    sampler = source.index_sampler(5, np.random.default_rng(3), exclude=census)
+    before = source.rows_streamed
+    rows = np.concatenate([sampler.draw().indices for _ in range(200)])
+    source.take(sampler.draw())
+    assert source.rows_streamed - before == 50
+    assert not np.isin(census, rows).any()
+    assert np.array_equal(np.sort(np.unique(rows)), np.setdiff1d(np.arange(50), census))
+
+
+def test_the_copy_does_not_travel_with_a_pickle_and_is_rebuilt_the_same():
+    source = window_source(20_000)
+    shuffled = source.shuffled_rows()
+    copy = [a.copy() for a in shuffled.arrays]
+    travelled = pickle.loads(pickle.dumps(shuffled))
+    assert not travelled.built
+    copy_bytes = sum(a.nbytes for a in copy)  # the source's own rows travel, not the copy
+    assert len(pickle.dumps(shuffled)) < len(pickle.dumps(source)) + 0.2 * copy_bytes
+    for a, b in zip(travelled.arrays, copy):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_with_replacement_a_window_source_draws_uniform_rows():
+    """Windows cannot draw with replacement (HMC-ECS's minibatches): uniform rows then."""
+    source = window_source(50)
+    sampler = source.index_sampler(7, np.random.default_rng(4), replace=True)
+    assert not isinstance(sampler, WindowIndexSampler)
+
+
+def test_arrays_asking_for_different_gathers_are_refused():
+    x = pmbd.sources.as_column(np.zeros((10, 2)), "x")
+    y = pmbd.sources.as_column(np.zeros(10), "y")
+    x.gather, y.gather = "windows", "blocks"
+    with pytest.raises(ValueError, match="different gathers"):
+        RowSource([x, y], ["x", "y"])
+
+
+def windowed_normal(seed: int) -> pm.Model:
+    y = np.random.default_rng(seed).normal(0.3, 1.0, size=5_000)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=pmbd.Data("y_data", y, gather="windows"))
+    return model
+
+
+def test_window_gathers_are_reproducible_and_read_windows():
+    """The same seed gives the same draws; the step's minibatches are windows."""
+    draws = []
+    for _ in range(2):
+        model = windowed_normal(5)
+        step = pmbd.SGHMC(model=model)
+        assert step.layer.rows.gather == "windows"
+        with model:
+            idata = pm.sample(
+                step=step,
+                tune=50,
+                draws=50,
+                chains=1,
+                random_seed=9,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        draws.append(idata.posterior["mu"].values)
+    np.testing.assert_array_equal(draws[0], draws[1])
