@@ -26,6 +26,7 @@ at most ``PER_COORDINATE_UP_TO`` coordinates.
     .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
     .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows --samplers SBPS
     .venv/bin/python benchmarks/hard_targets.py --only sparse_regions_centred --seeds 1 2 3
+    .venv/bin/python benchmarks/hard_targets.py --samplers SGHMC --gather windows
 """
 
 from __future__ import annotations
@@ -180,7 +181,13 @@ def crawl_ess(idata, layer) -> list[float]:
 
 
 def run_one(
-    name: str, model, ref, sampler: str, reparameterize: bool = True, seed: int = 2026
+    name: str,
+    model,
+    ref,
+    sampler: str,
+    reparameterize: bool = True,
+    seed: int = 2026,
+    gather: str | None = None,
 ) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
@@ -189,6 +196,10 @@ def run_one(
     if not reparameterize:
         kwargs["reparameterize"] = False
     start = time.perf_counter()
+    if gather is not None:  # every row array read through this gather (the models' arrays
+        # are in memory; pmbd.Data(..., gather=...) is the user's way to ask for it)
+        kwargs["layer"] = pmbd.MinibatchModel(model)
+        kwargs["layer"].rows.gather = gather
     step = SAMPLERS[sampler](model=model, **kwargs)
     setup = time.perf_counter() - start
     with model, warnings.catch_warnings(record=True) as caught:
@@ -408,6 +419,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--seeds", nargs="+", type=int, default=[2026], help="random_seed of each run"
     )
+    parser.add_argument(
+        "--gather",
+        choices=["rows", "windows"],
+        default=None,
+        help="how minibatches read the rows (default: the row source's, uniform rows)",
+    )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
     rows = []
@@ -423,7 +440,11 @@ def main(argv=None) -> None:
         )
         for sampler in samplers:
             for seed in args.seeds:
-                rows.append(run_one(name, model, ref, sampler, not args.model_coordinates, seed))
+                rows.append(
+                    run_one(
+                        name, model, ref, sampler, not args.model_coordinates, seed, args.gather
+                    )
+                )
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = (
         f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"
@@ -432,6 +453,7 @@ def main(argv=None) -> None:
         "errors in the unconstrained coordinates against the references of tests/references "
         "(NUTS, importance sampling, or the analytic posterior)"
         + ("; reparameterize=False" if args.model_coordinates else "")
+        + (f'; gather="{args.gather}"' if args.gather else "")
         + ".\n\n"
         + table(rows)
         + "\n"

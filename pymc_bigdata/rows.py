@@ -216,14 +216,22 @@ class RowSource:
         return self._shuffled[key]
 
     def rows_in_order(self, order: np.ndarray) -> list[np.ndarray]:
-        """Every array's rows ``order`` (distinct row indices), copied in one full-data pass
-        (each block read in turn, its rows placed where ``order`` puts them)."""
-        position = np.full(self.n_rows, -1, dtype=np.int64)
-        position[order] = np.arange(len(order))
+        """Every array's rows ``order`` (distinct row indices), copied: gathered in pieces
+        from memory, or out of memory in one full-data pass (each block read in turn, its
+        rows placed where ``order`` puts them)."""
         out = [
             np.empty((len(order), *shape), dtype=dtype)
             for shape, dtype in zip(self.trailing_shapes, self._out_dtypes)
         ]
+        if self.in_memory:
+            for start in range(0, len(order), DEFAULT_CHECK_ROWS):
+                rows = self.take(order[start : start + DEFAULT_CHECK_ROWS])
+                for array, part in zip(out, rows):
+                    array[start : start + len(part)] = part
+            self.rows_streamed += len(order)  # every row read once, as by a pass
+            return out
+        position = np.full(self.n_rows, -1, dtype=np.int64)
+        position[order] = np.arange(len(order))
         start = 0
         for rows in self.chunks(DEFAULT_CHECK_ROWS, "copying rows for window gathers"):
             where = position[start : start + len(rows[0])]
