@@ -62,14 +62,17 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         (a stand-in with zero rows is what the model's graph holds); do not give
         coordinates for it.
     gather
-        How minibatches read rows: ``"rows"`` (uniform rows; the default for memory and
-        ``.npy``) or ``"blocks"`` (uniform rows inside a cache of random storage blocks; the
-        default for zarr and dask, where reading one row decodes its whole chunk). See
-        :class:`pymc_bigdata.rows.BlockIndexSampler`. ``"windows"``: minibatches without
-        replacement are contiguous windows of a copy of the rows in a fixed random order,
-        made in memory once per process in one pass (about twice as fast a minibatch at 10⁶
-        in-memory rows, for another copy of the rows in memory; every array of the model then
-        reads its rows this way); see :mod:`pymc_bigdata.row_windows`.
+        How minibatches read rows. ``"windows"`` (the default for in-memory rows of at most
+        :data:`pymc_bigdata.rows.WINDOW_COPY_BYTES`, 1 GiB, over every row array): minibatches
+        drawn without replacement are contiguous windows of a copy of the rows in one fixed
+        random order, made in memory once per process (1.4-2 times fewer µs per draw at 10⁵
+        and 10⁶ rows, for the rows' bytes again in memory); see
+        :mod:`pymc_bigdata.row_windows`. ``"rows"``: uniform rows (the default for ``.npy``,
+        memmap and larger in-memory rows; given to any array, it keeps every array on
+        uniform rows). ``"blocks"``: uniform rows inside a cache of random storage blocks (the
+        default for zarr and dask, where reading one row decodes its whole chunk); see
+        :class:`pymc_bigdata.rows.BlockIndexSampler`. Every array of a model reads its rows
+        the same way: arrays asking for ``"blocks"`` and ``"windows"`` together are refused.
     block_rows
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
         their own chunks.
@@ -115,7 +118,7 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
     if isinstance(columns, tuple):
         columns = list(columns)
     column = _open_column(source, name, columns, block_rows)
-    column.gather = gather or column.default_gather
+    column.gather = gather  # None: the row source's default (RowSource's notes)
     column.active_blocks = None if active_blocks is None else int(active_blocks)
     column.reuse = float(reuse)
     stand_in = np.zeros((0, *column.trailing_shape), dtype=column.dtype)

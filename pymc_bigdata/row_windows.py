@@ -10,11 +10,11 @@ position and wrapping around the end: a view, no copy and no gather.
 Each window holds every row with probability exactly ``n / N`` (the starts are uniform on the
 circle), so every estimate stays unbiased. Over the random order a window is a simple random
 sample; given the order, its noise variance is an average over the ``N`` windows whose
-relative deviation from a simple random sample's is of order ``sqrt(2n/N)`` (a few percent
-at ``N/n = 1,000``); the samplers measure their noise on the minibatches they read, so the
-step sizes follow it. With ``reshuffle=False`` the starts are independent (independent
-minibatches, Theorem 1 of SBPS); with ``reshuffle=True`` one pass starts at a random offset
-and reads the ``floor(N/n)`` disjoint windows from there in a random order.
+relative deviation from a simple random sample's is about ``sqrt(n/N)`` (simulated: 10 % at
+``N/n = 100``, 3 % at ``N/n = 1,000``; ``docs/data.md``). With ``reshuffle=False`` the
+starts are independent (independent minibatches, Theorem 1 of SBPS); with
+``reshuffle=True`` one pass starts at a random offset and reads the ``floor(N/n)`` disjoint
+windows from there in a random order.
 
 The order's generator is fixed (``WINDOW_ORDER_SEED``), so ``pm.sample(random_seed=...)``
 still fixes every draw; chains differ in their starts. The copy costs the subsampled rows'

@@ -35,6 +35,7 @@ from pymc_bigdata.sources import ArrayColumn, DaskColumn, as_column
 
 __all__ = [
     "ACTIVE_BYTES",
+    "WINDOW_COPY_BYTES",
     "DEFAULT_ACTIVE_BLOCKS",
     "DEFAULT_REUSE",
     "MARKER_MAX_ROWS",
@@ -46,6 +47,11 @@ __all__ = [
     "WindowIndexSampler",
     "check_batch_size",
 ]
+
+#: in-memory rows of at most this many bytes (every array together) are read through window
+#: gathers unless an array asks otherwise (:mod:`pymc_bigdata.row_windows`: their copy costs as
+#: much memory again)
+WINDOW_COPY_BYTES = 2**30
 
 #: decoded bytes (over every row array) a block gather's active blocks hold by default: 16
 #: blocks of 65,536 rows of 20 float32 covariates take 85 MB; 16 Parquet row groups of
@@ -73,15 +79,17 @@ class RowSource:
 
     Notes
     -----
-    **Gathers.** With ``gather == "rows"`` (in-memory and memmap data) every minibatch is a
-    uniform sample of rows (:class:`RowIndexSampler`). With ``"blocks"`` (the default for
+    **Gathers.** With ``gather == "rows"`` (memmap data, and in-memory data beyond
+    :data:`WINDOW_COPY_BYTES`) every minibatch is a uniform sample of rows
+    (:class:`RowIndexSampler`). With ``"blocks"`` (the default for
     zarr and dask, where reading a row decodes its whole chunk) minibatches are uniform
     samples from a cache of random storage blocks that turns over as rows are used
     (:class:`BlockIndexSampler`); the settings come from the first column asking for it.
-    With ``"windows"`` (asked for by any array, :func:`pymc_bigdata.Data`) minibatches drawn
-    without replacement are contiguous windows of a copy of the rows in one fixed random
-    order, made in memory on first use (:mod:`pymc_bigdata.row_windows`); with replacement
-    they are uniform rows.
+    With ``"windows"`` (the default for in-memory rows up to :data:`WINDOW_COPY_BYTES`, or
+    asked for by any array, :func:`pymc_bigdata.Data`) minibatches drawn without replacement
+    are contiguous windows of a copy of the rows in one fixed random order, made in memory on
+    first use (:mod:`pymc_bigdata.row_windows`); with replacement they are uniform rows. An
+    array given ``gather="rows"`` keeps uniform rows for all.
     """
 
     def __init__(
@@ -115,11 +123,14 @@ class RowSource:
         #: whether a complete pass has checked every row for NaN and infinities; until then
         #: every block read is checked (:meth:`check_finite`)
         self.verified = False
-        gathers = [getattr(c, "gather", c.default_gather) for c in self.columns]
+        asked = [getattr(c, "gather", None) for c in self.columns]
+        gathers = [g or c.default_gather for c, g in zip(self.columns, asked)]
         blocked = [c for c, g in zip(self.columns, gathers) if g == "blocks"]
         #: ``"rows"`` (uniform minibatches), ``"blocks"`` (rows inside cached blocks) or
         #: ``"windows"`` (windows of a shuffled copy)
         self.gather = _source_gather(self.columns, gathers)
+        if self.gather == "rows" and "rows" not in asked and self._windows_by_default():
+            self.gather = "windows"
         #: the shuffled copies of window gathers, by the census rows they leave out
         self._shuffled: dict[bytes, ShuffledRows] = {}
         lead = blocked[0] if blocked else self.columns[0]
@@ -130,6 +141,11 @@ class RowSource:
             int(requested) if requested is not None else self._default_active_blocks()
         )
         self.reuse = float(getattr(lead, "reuse", DEFAULT_REUSE))
+
+    def _windows_by_default(self) -> bool:
+        """Whether rows no array asked a gather for are read through window gathers: every
+        array in memory, together at most :data:`WINDOW_COPY_BYTES`."""
+        return self.in_memory and self.nbytes <= WINDOW_COPY_BYTES
 
     def _default_active_blocks(self) -> int:
         """:data:`DEFAULT_ACTIVE_BLOCKS`, or fewer (at least 2) where that many of the

@@ -155,3 +155,17 @@ def test_window_gathers_are_reproducible_and_read_windows():
             )
         draws.append(idata.posterior["mu"].values)
     np.testing.assert_array_equal(draws[0], draws[1])
+
+
+def test_in_memory_rows_read_through_windows_by_default(tmp_path, monkeypatch):
+    """In-memory rows up to ``WINDOW_COPY_BYTES`` get windows; an array asking for uniform
+    rows keeps every array on them; a ``.npy`` file and larger rows get uniform rows."""
+    x, y = np.zeros((100, 2)), np.zeros(100)
+    assert RowSource([x, y], ["x", "y"]).gather == "windows"
+    asked = pmbd.sources.as_column(y, "y")
+    asked.gather = "rows"
+    assert RowSource([x, asked], ["x", "y"]).gather == "rows"
+    np.save(tmp_path / "x.npy", x)
+    assert RowSource([str(tmp_path / "x.npy"), y], ["x", "y"]).gather == "rows"
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_COPY_BYTES", x.nbytes + y.nbytes - 1)
+    assert RowSource([x, y], ["x", "y"]).gather == "rows"
