@@ -70,9 +70,8 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         :mod:`pymc_bigdata.row_windows`. ``"rows"``: uniform rows (the default for ``.npy``,
         memmap and larger in-memory rows; given to any array, it keeps every array on
         uniform rows). ``"blocks"``: uniform rows inside a cache of random storage blocks (the
-        default for zarr and dask, where reading one row decodes its whole chunk); see
-        :class:`pymc_bigdata.rows.BlockIndexSampler`. Every array of a model reads its rows
-        the same way: arrays asking for ``"blocks"`` and ``"windows"`` together are refused.
+        default for zarr and dask, where reading one row decodes its whole chunk;
+        :class:`pymc_bigdata.rows.BlockIndexSampler`); not together with ``"windows"``.
     block_rows
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
         their own chunks.
