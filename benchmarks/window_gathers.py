@@ -31,6 +31,7 @@ import pymc_bigdata as pmbd
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from compiled_loop import sample  # noqa: E402 - one pm.sample call, timed
 from protocol import Dataset, make_data  # noqa: E402
 from reference import load_or_compute_reference  # noqa: E402
 from report import git_revision  # noqa: E402
@@ -49,23 +50,6 @@ def build(data: Dataset, gather: str) -> pm.Model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=data.X.shape[1])
         pm.Bernoulli("y", logit_p=X @ beta, observed=data.y)
     return model
-
-
-def sample(model: pm.Model, step, draws: int, seed: int) -> tuple[float, np.ndarray]:
-    """One ``pm.sample`` call (2 chains, cores=1): its sampling time and the draws."""
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pm.sample(
-            step=step,
-            tune=draws,
-            draws=draws,
-            chains=2,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    return float(idata.posterior.attrs["sampling_time"]), idata.posterior["beta"].values
 
 
 def compare(data: Dataset, sampler: str, repeats: int, ref) -> dict:
