@@ -96,9 +96,10 @@ class ShuffledRows:
     def arrays(self) -> list[np.ndarray]:
         """The copy: each data array's rows in :attr:`order` (built on first use, by the
         row source, in one pass over the rows)."""
-        with self._lock:
-            if self._arrays is None:
-                self._arrays = self._read_in_order(self.order)
+        if self._arrays is None:  # the lock only while it may need building
+            with self._lock:
+                if self._arrays is None:
+                    self._arrays = self._read_in_order(self.order)
         return self._arrays
 
     def rows(self, start: int, size: int) -> list[np.ndarray]:
