@@ -36,6 +36,7 @@ from pymc_bigdata.sources import ArrayColumn, DaskColumn, as_column
 __all__ = [
     "ACTIVE_BYTES",
     "WINDOW_COPY_BYTES",
+    "WINDOW_MIN_BATCHES",
     "DEFAULT_ACTIVE_BLOCKS",
     "DEFAULT_REUSE",
     "MARKER_MAX_ROWS",
@@ -52,6 +53,12 @@ __all__ = [
 #: gathers unless an array asks otherwise (:mod:`pymc_bigdata.row_windows`: their copy costs as
 #: much memory again)
 WINDOW_COPY_BYTES = 2**30
+
+#: a default window gather reads windows only where the rows hold this many minibatches:
+#: given the copy's fixed order a window's noise variance is off a simple random sample's (which
+#: the samplers' noise measurements assume) by about sqrt(n/N), 10 % here (docs/data.md); at
+#: N/n = 40 SBPS's Eq. 10 read it 16 % off (tests/step_methods/test_sbps.py)
+WINDOW_MIN_BATCHES = 100
 
 #: decoded bytes (over every row array) a block gather's active blocks hold by default: 16
 #: blocks of 65,536 rows of 20 float32 covariates take 85 MB; 16 Parquet row groups of
@@ -131,6 +138,8 @@ class RowSource:
         self.gather = _source_gather(self.columns, gathers)
         if self.gather == "rows" and "rows" not in asked and self._windows_by_default():
             self.gather = "windows"
+        #: whether an array asked for windows (else they need WINDOW_MIN_BATCHES minibatches)
+        self._windows_asked = "windows" in asked
         #: the shuffled copies of window gathers, by the census rows they leave out
         self._shuffled: dict[bytes, ShuffledRows] = {}
         lead = blocked[0] if blocked else self.columns[0]
@@ -206,9 +215,14 @@ class RowSource:
         replace: bool = False,
         reshuffle: bool = True,
         exclude: np.ndarray | None = None,
+        windows: bool = True,
     ) -> RowIndexSampler | BlockIndexSampler | WindowIndexSampler:
-        """The minibatch index sampler for this source's gather (see the class notes)."""
-        if self.gather == "windows" and not replace:
+        """The minibatch index sampler for this source's gather (see the class notes);
+        ``windows=False`` draws uniform rows where the gather is ``"windows"``, and so do
+        rows of fewer than :data:`WINDOW_MIN_BATCHES` minibatches unless an array asked for
+        windows."""
+        enough = self._windows_asked or self.n_rows >= WINDOW_MIN_BATCHES * batch_size
+        if self.gather == "windows" and windows and not replace and enough:
             return WindowIndexSampler(self.shuffled_rows(exclude), batch_size, rng, reshuffle)
         if self.gather != "blocks":
             return RowIndexSampler(self.n_rows, batch_size, rng, replace, reshuffle, exclude)

@@ -13,6 +13,12 @@ from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
 from pymc_bigdata.rows import RowSource
 
 
+@pytest.fixture(autouse=True)
+def small_pools_read_windows(monkeypatch):
+    """These tests read windows of pools of a few minibatches (the default needs 100)."""
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)
+
+
 def window_source(n_rows: int = 50) -> RowSource:
     """Two arrays whose rows say which row they are (row ``i`` holds ``i``)."""
     x = np.repeat(np.arange(n_rows, dtype=np.float64)[:, None], 3, axis=1)
@@ -113,6 +119,14 @@ def test_the_copy_does_not_travel_with_a_pickle_and_is_rebuilt_the_same():
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_pool_of_fewer_minibatches_than_the_floor_draws_uniform_rows(monkeypatch):
+    """Below ``WINDOW_MIN_BATCHES`` minibatches in the pool the rows are uniform."""
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 8)
+    source = window_source(50)
+    assert isinstance(source.index_sampler(6, np.random.default_rng(5)), WindowIndexSampler)
+    assert not isinstance(source.index_sampler(7, np.random.default_rng(5)), WindowIndexSampler)
+
+
 def test_with_replacement_a_window_source_draws_uniform_rows():
     """Windows cannot draw with replacement (HMC-ECS's minibatches): uniform rows then."""
     source = window_source(50)
@@ -142,7 +156,7 @@ def test_window_gathers_are_reproducible_and_read_windows():
     for _ in range(2):
         model = windowed_normal(5)
         step = pmbd.SGHMC(model=model)
-        assert step.layer.rows.gather == "windows"
+        assert step.layer.rows.gather == "windows" and step.minibatches.windows
         with model:
             idata = pm.sample(
                 step=step,

@@ -79,8 +79,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         Rows per minibatch ``n`` (``1 <= n <= N``); default ``min(1000, N)``.
     step_size, inner_steps
         Step size in the preconditioned coordinates and transitions per recorded draw, kept
-        fixed; default: tuned (the sampler's step-size policy, :mod:`.step_size`), the
-        transitions from the step size.
+        fixed; default: tuned (:mod:`.step_size`), the transitions from the step size.
     preconditioner
         ``"auto"`` (dense up to 200 parameters, diagonal beyond), ``"dense"``, ``"diag"`` or
         ``"identity"``; from the Laplace fit, then from the chain's draws in tuning.
@@ -93,8 +92,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         ``"step_size"``: the step size only (the Laplace fit's preconditioner and anchor are
         kept, as in the HMC-ECS paper); False: nothing.
     noise_bound
-        Largest share of the stationary variance the gradient noise may feed (0.05), in
-        the noisiest coordinate.
+        Largest share of the stationary variance the gradient noise may feed (0.05), in the
+        noisiest coordinate.
     noise_shift_bound
         Largest shift of the draws' log density, in its posterior sds, that the gradient
         noise (and the kernel's own variance inflation, SGLD's) may cause over all
@@ -104,9 +103,11 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     census
         Include the rows whose gradients move far more than the others' in every minibatch
         with weight 1 (:func:`~.start.census_rows`; stratified, unbiased).
-    replace, reshuffle
+    replace, reshuffle, window_gathers
         Draw rows with replacement (default: without); without, walk through random
-        permutations (``reshuffle=True``, the default) or draw independent minibatches.
+        permutations (``reshuffle=True``, the default) or draw independent minibatches, as
+        windows of a shuffled copy where the rows allow (``window_gathers=True``, default;
+        :mod:`pymc_bigdata.row_windows`; ``False``: uniform rows, the papers' index law).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     reparameterize
@@ -158,6 +159,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         census: bool = True,
         replace: bool = False,
         reshuffle: bool | None = None,
+        window_gathers: bool = True,
         layer: MinibatchModel | None = None,
         rng=None,
         blocked: bool = True,
@@ -201,9 +203,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         super().__init__(self.layer.value_vars, {}, blocked=blocked, rng=rng)
         self.tune, batch = True, settings.batch_size
         self.census = census  #: indices of the census stratum's rows (every estimate reads them)
-        self.minibatches = Minibatches(
-            self.layer, batch, census, self.rng, replace=self.replace, reshuffle=self.reshuffle
-        )
+        draws = {"replace": self.replace, "reshuffle": self.reshuffle, "windows": window_gathers}
+        self.minibatches = Minibatches(self.layer, batch, census, self.rng, **draws)
         self.minibatches.measure_at_least(self.measure_rows)
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
@@ -347,8 +348,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         else:  # moved by another step or by the user: restart the kernel there
             z0 = self.precond.z(self.layer.from_model(q0.data))
             self._reset_kernel_state()
-        # on a measuring draw, the kernel's last oracle call measures the noise and log density
-        measure = self.tune or self._draw_index % self.measure_every == 0
+        measure = self.tune or self._draw_index % self.measure_every == 0  # last call measures
         with np.errstate(all="ignore"):
             oracle = (
                 GradientOracle(self._estimator(), self.minibatches, measure)

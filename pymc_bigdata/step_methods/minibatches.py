@@ -14,7 +14,7 @@ import numpy as np
 
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.row_windows import RowWindow
+from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
 from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
@@ -46,6 +46,9 @@ class Minibatches:
     replace, reshuffle
         Draw rows with replacement; without, walk through random permutations (reshuffled)
         or draw independent minibatches.
+    windows
+        Draw windows of the row source's shuffled copy where its gather is ``"windows"``
+        (False: uniform rows).
     """
 
     def __init__(
@@ -57,14 +60,22 @@ class Minibatches:
         *,
         replace: bool,
         reshuffle: bool,
+        windows: bool = True,
     ):
         self.layer, self.census = layer, census
         self.default_size = self.size = int(batch_size)
         self.measure_rows = 0
         self.replace, self.reshuffle = replace, reshuffle
         self._sampler = layer.rows.index_sampler(
-            self.size, rng, replace=replace, reshuffle=reshuffle, exclude=census
+            self.size,
+            rng,
+            replace=replace,
+            reshuffle=reshuffle,
+            exclude=census,
+            windows=bool(windows),
         )
+        #: whether the minibatches are windows of the row source's shuffled copy
+        self.windows = isinstance(self._sampler, WindowIndexSampler)
         #: the census stratum's rows (None without one)
         self.census_rows = layer.take_rows(census) if len(census) else None
         self._set_weights()

@@ -80,13 +80,14 @@ def check_noise_bound(noise_bound: Any) -> float:
 
 
 #: every extension of the base step switched off: plain minibatch gradients of rows drawn
-#: independently, no preconditioner, no census rows, the model's own coordinates, no tuning
-#: (the samplers' ``PAPER_SETTINGS`` start from it)
+#: independently and uniformly (no window gathers), no preconditioner, no census rows, the
+#: model's own coordinates, no tuning (the samplers' ``PAPER_SETTINGS`` start from it)
 EXTENSIONS_OFF: dict[str, Any] = {
     "control_variates": False,
     "preconditioner": "identity",
     "census": False,
     "reshuffle": False,
+    "window_gathers": False,
     "reparameterize": False,
     "adapt": False,
 }

@@ -2,8 +2,9 @@
 
 Each extension is checked on a model where the defaults switch it on (a non-centred
 hierarchy with a 5-row group: re-centred coordinates, census rows, control variates, a
-dense preconditioner, reshuffled minibatches, the windows' re-estimated preconditioner and
-anchor), so that a setting left out of a sampler's ``PAPER_SETTINGS`` fails the test.
+dense preconditioner, reshuffled minibatches, minibatches read as windows of a shuffled copy,
+the windows' re-estimated preconditioner and anchor), so that a setting left out of a
+sampler's ``PAPER_SETTINGS`` fails the test.
 """
 
 from __future__ import annotations
@@ -53,12 +54,20 @@ PAPERS = {
 #: extensions a sampler does not have (nothing to switch off)
 NOT_APPLICABLE = {
     pmbd.AusterityMH: {"reshuffled minibatches"},
-    pmbd.HMCECS: {"reshuffled minibatches", "control variates", "preconditioner"},
+    # HMC-ECS draws its subsample with replacement: uniform rows, never windows
+    pmbd.HMCECS: {"reshuffled minibatches", "control variates", "preconditioner", "window gathers"},
     # SBPS refuses reshuffled minibatches (Theorem 1); pSBPS's metric is its own, and in the
     # model's coordinates its defaults pick no census rows here (checked on SBPS)
     pmbd.SBPS: {"reshuffled minibatches"},
     pmbd.pSBPS: {"reshuffled minibatches", "preconditioner", "census rows"},
 }
+
+
+@pytest.fixture(autouse=True)
+def small_pools_read_windows(monkeypatch):
+    """The 3,000 rows hold 3 default minibatches, below the windows' floor of 100: lowered,
+    so that the defaults read windows here and the paper's settings must switch them off."""
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +98,7 @@ def _extensions(step) -> dict[str, bool]:
         "preconditioner": step.precond.kind != "identity",
         "census rows": len(step.census) > 0,
         "reshuffled minibatches": bool(step.reshuffle),
+        "window gathers": step.minibatches.windows,
         "re-centred coordinates": recentred,
         "re-estimated preconditioner and anchor": bool(step.adapt_geometry),
     }

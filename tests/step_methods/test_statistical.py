@@ -273,6 +273,6 @@ def test_window_gathers_on_the_logistic_regression_100k(name, logistic_100k):
         pm.Bernoulli("y", logit_p=pm.math.dot(features, beta), observed=y)
     cls, sd_bias = SAMPLERS[name]
     step = cls(model=model)
-    assert step.layer.rows.gather == "windows"
+    assert step.layer.rows.gather == "windows" and step.minibatches.windows
     idata = sample_two_chains(model, step, seed=3)
     check_logistic_100k(idata, name, ref, sd_bias)
