@@ -63,14 +63,14 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         coordinates for it.
     gather
         How minibatches read rows. ``"windows"`` (the default for in-memory rows of at most
-        :data:`pymc_bigdata.rows.WINDOW_COPY_BYTES`, 1 GiB, over every row array): minibatches
-        drawn without replacement are contiguous windows of a copy of the rows in one fixed
-        random order, made in memory once per process (1.4-2 times fewer µs per draw at 10⁵
-        and 10⁶ rows, for the rows' bytes again in memory); see
-        :mod:`pymc_bigdata.row_windows`. ``"rows"``: uniform rows (the default for ``.npy``,
-        memmap and larger in-memory rows; given to any array, it keeps every array on
-        uniform rows). ``"blocks"``: uniform rows inside a cache of random storage blocks (the
-        default for zarr and dask, where reading one row decodes its whole chunk;
+        :data:`pymc_bigdata.rows.WINDOW_COPY_BYTES`, 1 GiB, holding 100 minibatches; asked for
+        here, at any size): minibatches drawn without replacement are contiguous windows of a
+        copy of the rows in a fixed random order, made once per process (1.4-2 times fewer µs
+        per draw at 10⁵ and 10⁶ rows, for the rows' bytes again in memory;
+        :mod:`pymc_bigdata.row_windows`). ``"rows"``: uniform rows (the default for ``.npy``,
+        memmap and other in-memory rows; given to any array, it keeps all on uniform rows).
+        ``"blocks"``: uniform rows inside a cache of random storage blocks (the default for
+        zarr and dask, where reading one row decodes its whole chunk;
         :class:`pymc_bigdata.rows.BlockIndexSampler`); not together with ``"windows"``.
     block_rows
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
