@@ -8,9 +8,9 @@ compiled it (the jitted function behind
 :attr:`~pymc_bigdata.model.compiled.CompiledModel.cv_grad_fn`, or ``grad_fn`` without
 control variates), adds ``grad L(theta*)`` and maps back with ``L^T``: the arithmetic of
 :meth:`~.gradient_oracle.MinibatchEstimator.gradient`, with no return to Python. The rows
-of a draw's minibatches are read before the loop, in one gather by the row source
-(:meth:`CompiledGradient.plan`; ``np.take`` gathers random rows faster than a compiled loop
-does, and the row source stays the only reader of the data).
+of a draw's minibatches are read before the loop by the row source, as the Python loop
+reads them (random rows in one gather, or windows of its shuffled copy:
+:meth:`CompiledOracle.plan`), so the row source stays the only reader of the data.
 
 Covered: plain or first-order control-variate estimates of a model compiled by the Numba
 backend (PyTensor's default). :func:`unsupported_reason` says why a layer is not covered; a
@@ -111,16 +111,18 @@ class CompiledGradient:
         """Whether ``estimator``'s plain estimate is compiled here (not second order)."""
         return estimator.cv_order < 2
 
-    def plan(self, estimator: MinibatchEstimator, indices: np.ndarray) -> tuple[Any, tuple]:
-        """The jitted gradient (:func:`make_gradient_z`) and its context for the
-        minibatches ``indices`` ``(k, n)`` under ``estimator``'s settings (its anchor,
-        weights, census rows and preconditioner); their rows are read here, in one gather."""
+    def plan(
+        self, estimator: MinibatchEstimator, rows: list[np.ndarray], n_batches: int
+    ) -> tuple[Any, tuple]:
+        """The jitted gradient (:func:`make_gradient_z`) and its context for ``n_batches``
+        minibatches whose ``rows`` (each array's, one minibatch after the other, as the row
+        source read them) are taken under ``estimator``'s settings (its anchor, weights,
+        census rows and preconditioner)."""
         anchor = estimator.anchor
         compiled = self._layer.compiled
         fn = compiled.grad_fn if anchor is None else compiled.cv_grad_fn
         center, transform = estimator.precond.linear_map()
-        batch = indices.shape[1]
-        rows = self._layer.take_rows(indices.reshape(-1))
+        batch = len(rows[0]) // n_batches
         buffers = self._buffers_for(estimator, rows, batch)
         context = (
             center,
@@ -191,8 +193,8 @@ class CompiledOracle:
     def plan(self, n_calls: int) -> tuple[Any, tuple]:
         """The jitted estimate (:func:`make_gradient_z`) and its context for the next
         ``n_calls`` plain estimates."""
-        indices = self.oracle.draw_indices(n_calls)
-        return self._compiled.plan(self.oracle.estimator, indices)
+        rows = self.oracle.draw_rows(n_calls)
+        return self._compiled.plan(self.oracle.estimator, rows, n_calls)
 
     def last_is_plain(self) -> bool:
         """Whether the draw's last estimate is a plain one (it does not measure)."""

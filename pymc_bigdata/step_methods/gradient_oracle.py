@@ -183,7 +183,7 @@ class RowDraws(Protocol):
 
     def draw(self) -> list[np.ndarray]: ...
 
-    def draw_indices(self) -> np.ndarray: ...
+    def draw_many(self, n_batches: int) -> list[np.ndarray]: ...
 
     def draw_measuring(self) -> list[np.ndarray]: ...
 
@@ -242,14 +242,13 @@ class GradientOracle:
         """Whether the next :meth:`last` call measures."""
         return self._measure
 
-    def draw_indices(self, n_calls: int) -> np.ndarray:
-        """The row indices of the next ``n_calls`` plain estimates' minibatches, shape
-        ``(n_calls, n)`` (census rows excluded), for estimates computed elsewhere (compiled
-        code); their rows count as read."""
-        drawn = [self._minibatches.draw_indices() for _ in range(n_calls)]
-        indices = np.stack(drawn) if drawn else np.empty((0, self.estimator.batch_size))
-        self._rows_read += n_calls * (self._census + indices.shape[1])
-        return indices.astype(np.int64, copy=False)
+    def draw_rows(self, n_calls: int) -> list[np.ndarray]:
+        """The rows of the next ``n_calls`` plain estimates' minibatches, one after the
+        other (census rows excluded), for estimates computed elsewhere (compiled code); they
+        count as read."""
+        rows = self._minibatches.draw_many(n_calls)
+        self._rows_read += n_calls * self._census + len(rows[0])
+        return rows
 
     def computed(self, z: np.ndarray, g: np.ndarray) -> None:
         """Record a plain estimate computed elsewhere: ``g`` at ``z`` (z units)."""

@@ -99,9 +99,14 @@ class Minibatches:
 
     def draw_measuring(self) -> list[np.ndarray]:
         """The next ``measure_batches`` minibatches' rows together (census rows excluded)."""
-        if self.measure_batches == 1:
+        return self.draw_many(self.measure_batches)
+
+    def draw_many(self, n_batches: int) -> list[np.ndarray]:
+        """The next ``n_batches`` minibatches' rows, one after the other (census rows
+        excluded): what ``n_batches`` calls of :meth:`draw` read, in one array each."""
+        if n_batches == 1:
             return self.draw()
-        parts = [self.layer.take_rows(self._sampler.draw()) for _ in range(self.measure_batches)]
+        parts = [self.layer.take_rows(self._sampler.draw()) for _ in range(n_batches)]
         return [np.concatenate(arrays) for arrays in zip(*parts)]
 
     def reset(self, rng: np.random.Generator) -> None:
