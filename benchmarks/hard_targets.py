@@ -423,7 +423,8 @@ def main(argv=None) -> None:
         "--gather",
         choices=["rows", "windows"],
         default=None,
-        help="how minibatches read the rows (default: the row source's, uniform rows)",
+        help="how minibatches read the rows (default: the row source's: windows for "
+        "in-memory rows of at least 100 minibatches, else uniform rows)",
     )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
