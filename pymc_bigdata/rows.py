@@ -92,11 +92,12 @@ class RowSource:
     zarr and dask, where reading a row decodes its whole chunk) minibatches are uniform
     samples from a cache of random storage blocks that turns over as rows are used
     (:class:`BlockIndexSampler`); the settings come from the first column asking for it.
-    With ``"windows"`` (the default for in-memory rows up to :data:`WINDOW_COPY_BYTES`, or
-    asked for by any array, :func:`pymc_bigdata.Data`) minibatches drawn without replacement
-    are contiguous windows of a copy of the rows in one fixed random order, made in memory on
-    first use (:mod:`pymc_bigdata.row_windows`); with replacement they are uniform rows. An
-    array given ``gather="rows"`` keeps uniform rows for all.
+    With ``"windows"`` (the default for in-memory rows up to :data:`WINDOW_COPY_BYTES` whose
+    copy takes at most half the memory available, or asked for by any array,
+    :func:`pymc_bigdata.Data`, and refused where the copy would not fit) minibatches drawn
+    without replacement are contiguous windows of a copy of the rows in one fixed random
+    order, made in memory on first use (:mod:`pymc_bigdata.row_windows`); with replacement
+    they are uniform rows. An array given ``gather="rows"`` keeps uniform rows for all.
     """
 
     def __init__(
@@ -140,6 +141,8 @@ class RowSource:
             self.gather = "windows"
         #: whether an array asked for windows (else they need WINDOW_MIN_BATCHES minibatches)
         self._windows_asked = "windows" in asked
+        if self._windows_asked:
+            self._refuse_a_copy_beyond_memory()
         #: the shuffled copies of window gathers, by the census rows they leave out
         self._shuffled: dict[bytes, ShuffledRows] = {}
         lead = blocked[0] if blocked else self.columns[0]
@@ -153,8 +156,31 @@ class RowSource:
 
     def _windows_by_default(self) -> bool:
         """Whether rows no array asked a gather for are read through window gathers: every
-        array in memory, together at most :data:`WINDOW_COPY_BYTES`."""
-        return self.in_memory and self.nbytes <= WINDOW_COPY_BYTES
+        array in memory, together at most :data:`WINDOW_COPY_BYTES`, and their copy at most
+        half the memory available now."""
+        available = available_memory()
+        fits = available is None or 2 * self.copy_bytes <= available
+        return self.in_memory and self.nbytes <= WINDOW_COPY_BYTES and fits
+
+    def _refuse_a_copy_beyond_memory(self) -> None:
+        """A clear error where an array asks for window gathers whose copy of the rows would
+        not fit in the memory available now (it is made in memory, on the first minibatch)."""
+        available = available_memory()
+        if available is not None and self.copy_bytes > available:
+            raise ValueError(
+                f'gather="windows" copies every row array in memory, in a shuffled order: '
+                f"{self.copy_bytes / 2**30:.2f} GiB, but {available / 2**30:.2f} GiB are "
+                'available. Use gather="rows" (uniform rows, read where they lie) or, for a '
+                'chunked store, gather="blocks".'
+            )
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes of a window gathers' copy of every row (in the minibatches' dtypes)."""
+        return sum(
+            self.n_rows * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            for shape, dtype in zip(self.trailing_shapes, self._out_dtypes)
+        )
 
     def _default_active_blocks(self) -> int:
         """:data:`DEFAULT_ACTIVE_BLOCKS`, or fewer (at least 2) where that many of the
@@ -372,6 +398,19 @@ PROGRESS_DELAY = 3.0
 
 #: rows per block when checking the data for NaN
 DEFAULT_CHECK_ROWS = 262_144
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available for new allocations without swapping (Linux's
+    ``MemAvailable``), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _source_gather(columns: Sequence[Any], gathers: Sequence[str]) -> str:

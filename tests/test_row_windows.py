@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import pymc_bigdata as pmbd
 from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
-from pymc_bigdata.rows import RowSource
+from pymc_bigdata.rows import RowSource, available_memory
 
 
 @pytest.fixture(autouse=True)
@@ -183,3 +184,34 @@ def test_in_memory_rows_read_through_windows_by_default(tmp_path, monkeypatch):
     assert RowSource([str(tmp_path / "x.npy"), y], ["x", "y"]).gather == "rows"
     monkeypatch.setattr("pymc_bigdata.rows.WINDOW_COPY_BYTES", x.nbytes + y.nbytes - 1)
     assert RowSource([x, y], ["x", "y"]).gather == "rows"
+
+
+def test_a_copy_beyond_the_available_memory_is_refused_or_not_made(monkeypatch):
+    """An array asking for windows whose copy would not fit in the memory available gets a
+    clear error when the source is made (not a MemoryError at the first minibatch); by
+    default such rows, or rows whose copy would take more than half of it, read uniform
+    rows. The copy is counted in the minibatches' dtypes (float32 rows read as float64 take
+    twice their bytes)."""
+    x = np.zeros((1_000, 3), dtype=np.float32)
+    source = RowSource([x], ["x"], dtypes=[np.float64])
+    assert source.copy_bytes == 24_000 and source.gather == "windows"
+    monkeypatch.setattr("pymc_bigdata.rows.available_memory", lambda: 47_999)
+    assert RowSource([x], ["x"], dtypes=[np.float64]).gather == "rows"
+    monkeypatch.setattr("pymc_bigdata.rows.available_memory", lambda: 48_000)
+    assert RowSource([x], ["x"], dtypes=[np.float64]).gather == "windows"
+    asked = pmbd.sources.as_column(x, "x")
+    asked.gather = "windows"
+    assert RowSource([asked], ["x"], dtypes=[np.float64]).gather == "windows"
+    monkeypatch.setattr("pymc_bigdata.rows.available_memory", lambda: 23_999)
+    with pytest.raises(ValueError, match=r'gather="windows" copies .* GiB are available'):
+        RowSource([asked], ["x"], dtypes=[np.float64])
+    monkeypatch.setattr("pymc_bigdata.rows.available_memory", lambda: None)  # not known
+    assert RowSource([asked], ["x"], dtypes=[np.float64]).gather == "windows"
+
+
+def test_the_available_memory_is_read_from_the_system():
+    """Linux says how much memory is available: a positive number of bytes, at most the
+    machine's total."""
+    available = available_memory()
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert available is not None and 0 < available <= total
