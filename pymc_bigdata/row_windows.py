@@ -102,6 +102,11 @@ class ShuffledRows:
                     self._arrays = self._read_in_order(self.order)
         return self._arrays
 
+    def release(self) -> None:
+        """Free the copy's memory (it is read again, in the same order, on next use)."""
+        with self._lock:
+            self._arrays = None
+
     def rows(self, start: int, size: int) -> list[np.ndarray]:
         """The ``size`` rows of the copy from ``start`` on, wrapping around its end: views
         when they do not wrap."""

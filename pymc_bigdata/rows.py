@@ -271,6 +271,13 @@ class RowSource:
             self._shuffled[key] = ShuffledRows(self.rows_in_order, self.n_rows, exclude)
         return self._shuffled[key]
 
+    def release_copies(self) -> None:
+        """Free the window gathers' copies of the rows (a step reading windows reads its
+        copy again, in the same order, at its next minibatch): e.g. to give their memory
+        back after sampling, or to count a copy's read in a timed run."""
+        for shuffled in self._shuffled.values():
+            shuffled.release()
+
     def rows_in_order(self, order: np.ndarray) -> list[np.ndarray]:
         """Every array's rows ``order`` (distinct row indices), copied: gathered in pieces
         from memory, or out of memory in one full-data pass (each block read in turn, its

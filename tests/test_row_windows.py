@@ -120,6 +120,22 @@ def test_the_copy_does_not_travel_with_a_pickle_and_is_rebuilt_the_same():
         np.testing.assert_array_equal(a, b)
 
 
+def test_released_copies_are_read_again_the_same_on_next_use():
+    """``release_copies`` frees every copy of the source; the next window reads it again,
+    in the same order, as one more pass over the rows."""
+    source = window_source(5_000)
+    census = np.arange(0, 5_000, 9)
+    copies = [source.shuffled_rows(), source.shuffled_rows(census)]
+    before = [[a.copy() for a in shuffled.arrays] for shuffled in copies]
+    streamed = source.rows_streamed
+    source.release_copies()
+    assert not any(shuffled.built for shuffled in copies)
+    for shuffled, arrays in zip(copies, before):
+        for a, b in zip(shuffled.arrays, arrays):
+            np.testing.assert_array_equal(a, b)
+    assert source.rows_streamed - streamed == 5_000 + 5_000 - len(census)
+
+
 def test_a_pool_of_fewer_minibatches_than_the_floor_draws_uniform_rows(monkeypatch):
     """Below ``WINDOW_MIN_BATCHES`` minibatches in the pool the rows are uniform."""
     monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 8)
