@@ -5,8 +5,9 @@ Window gathers read minibatches as slices of a copy of the rows in a shuffled or
 gather, a fresh Python process generates the benchmark's logistic regression (``protocol.py``:
 d = 30, float64, in memory), builds SGHMC with its defaults on ``pmbd.Data("X", X,
 gather=...)`` and samples 2 chains of 1000 tuning and 1000 kept draws (``cores=1``); it
-reports its peak resident memory (``getrusage``'s ``ru_maxrss``) after the data are made
-and after sampling. One process per gather, so neither sees the other's memory::
+reports its peak resident memory (``getrusage``'s ``ru_maxrss``) after loading the data
+(``.npy`` files the parent wrote, read into memory: no generation's temporaries) and after
+sampling. One process per gather, so neither sees the other's memory::
 
     .venv/bin/python benchmarks/window_memory.py   # ~1 min; results/window_memory.{md,json}
 """
@@ -18,12 +19,16 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from protocol import make_data  # noqa: E402
 from report import git_revision  # noqa: E402
 
 GATHERS = ("rows", "windows")
@@ -34,19 +39,19 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def child(gather: str, n_rows: int) -> dict:
-    """Make the data, sample, and report the peaks (run in its own process)."""
+def child(gather: str, folder: Path) -> dict:
+    """Load the data, sample, and report the peaks (run in its own process)."""
+    import numpy as np
     import pymc as pm
-    from protocol import make_data
 
     import pymc_bigdata as pmbd
 
-    data = make_data(n_rows, 0)
+    X, y = np.load(folder / "X.npy"), np.load(folder / "y.npy")
     after_data = peak_rss_bytes()
     with pm.Model() as model:
-        X = pmbd.Data("X", data.X, gather=gather)
-        beta = pm.Normal("beta", 0.0, 1.0, shape=data.X.shape[1])
-        pm.Bernoulli("y", logit_p=X @ beta, observed=data.y)
+        X_data = pmbd.Data("X", X, gather=gather)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=X_data @ beta, observed=y)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pmbd.SGHMC()
@@ -57,7 +62,7 @@ def child(gather: str, n_rows: int) -> dict:
     return {
         "gather": gather,
         "reads_windows": bool(step.minibatches.windows),
-        "data_bytes": int(data.X.nbytes + data.y.nbytes),
+        "data_bytes": int(X.nbytes + y.nbytes),
         "peak_after_data": after_data,
         "peak_after_sampling": peak_rss_bytes(),
     }
@@ -72,7 +77,7 @@ def markdown(results: list[dict], n_rows: int, revision: str) -> str:
         "(`protocol.py`), SGHMC defaults, 2 chains x (1000 + 1000) draws, cores=1, one "
         "process per gather (`ru_maxrss`).",
         "",
-        "| gather | reads windows | X and y (MB) | peak after making the data (MB) | "
+        "| gather | reads windows | X and y (MB) | peak after loading the data (MB) | "
         "peak after sampling (MB) | sampling's increase (MB) |",
         "|---|---|---|---|---|---|",
     ]
@@ -91,16 +96,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=float, default=1e6)
     parser.add_argument("--child", choices=GATHERS, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="window_memory")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, int(args.rows))))
+        print(json.dumps(child(args.child, args.folder)))
         return
+    data = make_data(int(args.rows), 0)
     results = []
-    for gather in GATHERS:
-        command = [sys.executable, __file__, "--child", gather, "--rows", str(args.rows)]
-        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        results.append(json.loads(output.strip().splitlines()[-1]))
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(Path(folder) / "X.npy", data.X)
+        np.save(Path(folder) / "y.npy", data.y)
+        del data
+        for gather in GATHERS:
+            command = [sys.executable, __file__, "--child", gather, "--folder", folder]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            results.append(json.loads(output.strip().splitlines()[-1]))
     revision = git_revision()
     out = ROOT / "results" / args.out
     out.with_suffix(".json").write_text(
