@@ -5,7 +5,7 @@ Window gathers read minibatches as slices of a copy of the rows in a shuffled or
 gather, a fresh Python process generates the benchmark's logistic regression (``protocol.py``:
 d = 30, float64, in memory), builds SGHMC with its defaults on ``pmbd.Data("X", X,
 gather=...)`` and samples 2 chains of 1000 tuning and 1000 kept draws (``cores=1``); it
-reports its peak resident memory (``getrusage``'s ``ru_maxrss``) after loading the data
+reports its peak resident memory (Linux's ``VmHWM``) after loading the data
 (``.npy`` files the parent wrote, read into memory: no generation's temporaries) and after
 sampling. One process per gather, so neither sees the other's memory::
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,8 +34,14 @@ GATHERS = ("rows", "windows")
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far, in bytes (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident memory so far, in bytes: Linux's ``VmHWM`` (not
+    ``getrusage``'s ``ru_maxrss``, which a process started by ``subprocess`` inherits from
+    its parent's at the fork)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/self/status has no VmHWM line")
 
 
 def child(gather: str, folder: Path) -> dict:
@@ -75,7 +80,7 @@ def markdown(results: list[dict], n_rows: int, revision: str) -> str:
         "",
         f"pymc_bigdata at {revision}; logistic regression, {n_rows:,} rows, d = 30 float64 "
         "(`protocol.py`), SGHMC defaults, 2 chains x (1000 + 1000) draws, cores=1, one "
-        "process per gather (`ru_maxrss`).",
+        "process per gather (`VmHWM`).",
         "",
         "| gather | reads windows | X and y (MB) | peak after loading the data (MB) | "
         "peak after sampling (MB) | sampling's increase (MB) |",
