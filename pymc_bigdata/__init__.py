@@ -5,6 +5,7 @@ from pymc_bigdata.distributed import ChainFailedError, read_store, sample_dask
 from pymc_bigdata.errors import (
     BiasWarning,
     DivergenceWarning,
+    FullDataWarning,
     ModelNotSupportedError,
     ModeWarning,
     StaleDataError,
@@ -44,6 +45,7 @@ __all__ = [
     "SubsamplingStep",
     "BiasWarning",
     "DivergenceWarning",
+    "FullDataWarning",
     "ModeWarning",
     "StaleDataError",
     "MapResult",

@@ -3,6 +3,7 @@
 __all__ = [
     "BiasWarning",
     "DivergenceWarning",
+    "FullDataWarning",
     "ModeWarning",
     "ModelNotSupportedError",
     "StaleDataError",
@@ -23,6 +24,11 @@ class ModeWarning(RuntimeWarning):
 
 class BiasWarning(RuntimeWarning):
     """A chain's own statistics show it off its target (heated dynamics, noisy gradients)."""
+
+
+class FullDataWarning(RuntimeWarning):
+    """A subsampling sampler's tuning chose to read every row at each step: its chain is
+    then the full-data method (right, but no cheaper than it)."""
 
 
 class StaleDataError(ValueError):

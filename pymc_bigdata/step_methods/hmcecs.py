@@ -18,10 +18,12 @@ and the per-draw statistics (:mod:`.hmcecs_stats`).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
 
+from pymc_bigdata.errors import FullDataWarning
 from pymc_bigdata.kernels.hmcecs import (
     Evaluation,
     HMCECSInfo,
@@ -75,7 +77,8 @@ class HMCECS(SubsamplingStep):
         ``max(100, G)`` and at most ``N``; a given value is kept fixed.  Where ``m`` reaches
         the rows subsampled (``N`` less the census stratum), the estimate is the exact
         full-data sum (:attr:`exact`: ``sigma_hat^2 = 0``, full-data passes), not ``m`` rows
-        drawn with replacement.
+        drawn with replacement; where tuning chose that, a
+        :class:`~pymc_bigdata.FullDataWarning` says so at each chain's first kept draw.
     blocks
         ``G``, the blocks of the perturbed subsample; one is redrawn per iteration
         (``rho ~ 1 - 1/G``).  Default ``min(100, m)``.
@@ -327,6 +330,8 @@ class HMCECS(SubsamplingStep):
         if self.tune and not self._tuner.piloted:
             theta0 = self.precond.theta(z0)
             self._apply(self._tuner.pilot(theta0, self._settings(), self.anchor, self.rng))
+        if not self.tune and self._draw_index == self._chain_tune:  # the first kept draw
+            self._warn_if_full_data()
         estimates = self._estimates()
         if self._subsample is None:
             self._subsample = estimates.fresh(self.rng)
@@ -348,6 +353,23 @@ class HMCECS(SubsamplingStep):
             estimates.rows_read, new_state.position, evaluation.grad, evaluation.logp
         )
         return new_state.position, not info.diverging, record
+
+    def _warn_if_full_data(self) -> None:
+        """A :class:`~pymc_bigdata.FullDataWarning` where tuning chose an ``m`` that reaches
+        every subsampled row (not where the user gave it): the chain is full-data HMC."""
+        if not self.exact or self._given_counts.subsample_size is not None:
+            return
+        warnings.warn(
+            f"HMCECS: to hold the log-likelihood estimator's variance at loglik_var_target "
+            f"{self.loglik_var_target:g}, tuning needed every row outside the census "
+            f"(m = {self.subsample_size:,}): this chain is full-data HMC, exact but reading "
+            f"all {self.layer.n_rows:,} rows at every leapfrog step. The control variates "
+            "fit this posterior poorly; a sampler whose noise is not held so (SGHMC, SGLD) "
+            "may read fewer rows, or give subsample_size for a subsample (a larger "
+            "sigma_hat^2: a perturbed target).",
+            FullDataWarning,
+            stacklevel=2,
+        )
 
     def _tune_step(self, info: HMCECSInfo) -> None:
         if self._fixed_step:

@@ -259,8 +259,8 @@ def test_subsample_of_all_rows_is_the_exact_full_data_sum(logistic):
     model, layer = logistic
     step = pmbd.HMCECS(model=model, layer=layer, subsample_size=layer.n_rows)
     assert step.exact
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         idata = pm.sample(
             step=step,
             tune=30,
@@ -270,6 +270,7 @@ def test_subsample_of_all_rows_is_the_exact_full_data_sum(logistic):
             progressbar=False,
             compute_convergence_checks=False,
         )
+    assert not any(issubclass(w.category, pmbd.FullDataWarning) for w in caught)  # asked for
     stats = idata.sample_stats
     assert np.all(stats["loglik_var"].values == 0.0)
     betas = idata.posterior["beta"].values[0]
@@ -277,6 +278,27 @@ def test_subsample_of_all_rows_is_the_exact_full_data_sum(logistic):
     for beta, estimate in zip(betas, lp):
         exact, _ = layer.full_logp_grad(beta)
         assert estimate == pytest.approx(exact, rel=1e-12)
+
+
+def test_tuning_that_reaches_every_row_says_the_chain_is_full_data_hmc(logistic):
+    """A ``loglik_var_target`` no subsample can meet makes tuning choose ``m`` = every row:
+    the chain is then full-data HMC, and a ``FullDataWarning`` says so at the first kept
+    draw (the method does not turn into another silently). Fails without the warning."""
+    model, layer = logistic
+    step = pmbd.HMCECS(model=model, layer=layer, loglik_var_target=1e-9)
+    kwargs = dict(
+        tune=60, draws=5, chains=1, random_seed=2, progressbar=False,
+        compute_convergence_checks=False,
+    )  # fmt: skip
+    with model, pytest.warns(pmbd.FullDataWarning, match=r"every row .*full-data HMC"):
+        pm.sample(step=step, **kwargs)
+    assert step.exact
+    default = pmbd.HMCECS(model=model, layer=layer)  # a subsample suffices: no warning
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(step=default, **kwargs)
+    assert not default.exact
+    assert not any(issubclass(w.category, pmbd.FullDataWarning) for w in caught)
 
 
 def test_truncated_trajectories_are_a_stat_and_a_warning(logistic):
