@@ -65,15 +65,13 @@ def Data(  # noqa: N802 - named like pm.Data, which it stands in for
         How minibatches read rows. ``"windows"`` (the default for in-memory rows of at most
         :data:`pymc_bigdata.rows.WINDOW_COPY_BYTES`, 1 GiB, holding 100 minibatches, whose
         copy takes at most half the available memory; asked for here, at any size, refused
-        where the copy would not fit in it): minibatches drawn without replacement are
-        contiguous windows of a copy of the rows in a fixed random order, made once per
-        process (1.4-2 times fewer µs per draw at 10⁵ and 10⁶ rows, for the rows' bytes
-        again in memory;
-        :mod:`pymc_bigdata.row_windows`). ``"rows"``: uniform rows (the default for ``.npy``,
-        memmap and other in-memory rows; given to any array, it keeps all on uniform rows).
-        ``"blocks"``: uniform rows inside a cache of random storage blocks (the default for
-        zarr and dask, where reading one row decodes its whole chunk;
-        :class:`pymc_bigdata.rows.BlockIndexSampler`); not together with ``"windows"``.
+        where the copy would not fit): minibatches drawn without replacement are contiguous
+        windows of a copy of the rows in a fixed random order, made once per process
+        (:mod:`pymc_bigdata.row_windows`). ``"rows"``: uniform rows (the default for
+        ``.npy``, memmap and other in-memory rows; given to any array, it keeps all on
+        uniform rows). ``"blocks"``: uniform rows inside a cache of random storage blocks
+        (the default for zarr and dask, where reading one row decodes its whole chunk;
+        :class:`pymc_bigdata.rows.BlockIndexSampler`); not with ``"windows"``.
     block_rows
         Rows per block for memory and ``.npy`` data (default about 1 MiB); zarr and dask use
         their own chunks.
