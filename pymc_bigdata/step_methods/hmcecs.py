@@ -357,19 +357,12 @@ class HMCECS(SubsamplingStep):
     def _warn_if_full_data(self) -> None:
         """A :class:`~pymc_bigdata.FullDataWarning` where tuning chose an ``m`` that reaches
         every subsampled row (not where the user gave it): the chain is full-data HMC."""
-        if not self.exact or self._given_counts.subsample_size is not None:
-            return
-        warnings.warn(
-            f"HMCECS: to hold the log-likelihood estimator's variance at loglik_var_target "
-            f"{self.loglik_var_target:g}, tuning needed every row outside the census "
-            f"(m = {self.subsample_size:,}): this chain is full-data HMC, exact but reading "
-            f"all {self.layer.n_rows:,} rows at every leapfrog step. The control variates "
-            "fit this posterior poorly; a sampler whose noise is not held so (SGHMC, SGLD) "
-            "may read fewer rows, or give subsample_size for a subsample (a larger "
-            "sigma_hat^2: a perturbed target).",
-            FullDataWarning,
-            stacklevel=2,
-        )
+        if self.exact and self._given_counts.subsample_size is None:
+            few_rows = self._pool_size() <= self._tuner.min_subsample
+            message = full_data_message(
+                self.layer.n_rows, self.subsample_size, few_rows, self.loglik_var_target
+            )
+            warnings.warn(message, FullDataWarning, stacklevel=2)
 
     def _tune_step(self, info: HMCECSInfo) -> None:
         if self._fixed_step:
@@ -451,3 +444,26 @@ class HMCECS(SubsamplingStep):
                 max_leapfrog=MAX_LEAPFROG,
             )
         ]
+
+
+def full_data_message(n_rows: int, subsample_size: int, few_rows: bool, target: float) -> str:
+    """What a :class:`~pymc_bigdata.FullDataWarning` says: HMC-ECS's tuning chose ``m`` =
+    every row, because the data hold no more rows than its smallest subsample
+    (``few_rows``) or because only every row holds ``sigma_hat^2`` at ``target``."""
+    if few_rows:
+        why = f"its {n_rows:,} rows are no more than its smallest subsample"
+        advice = "At this size PyMC's NUTS (pm.sample() with no step) is the usual choice."
+    else:
+        why = (
+            "to hold the log-likelihood estimator's variance at loglik_var_target "
+            f"{target:g}, tuning needed every row outside the census"
+        )
+        advice = (
+            "The control variates fit this posterior poorly; a sampler whose noise is not "
+            "held so (SGHMC, SGLD) may read fewer rows, or give subsample_size for a "
+            "subsample (a larger sigma_hat^2: a perturbed target)."
+        )
+    return (
+        f"HMCECS: {why} (m = {subsample_size:,}): this chain is full-data HMC, exact but "
+        f"reading all {n_rows:,} rows at every leapfrog step. {advice}"
+    )

@@ -301,6 +301,23 @@ def test_tuning_that_reaches_every_row_says_the_chain_is_full_data_hmc(logistic)
     assert not any(issubclass(w.category, pmbd.FullDataWarning) for w in caught)
 
 
+def test_data_smaller_than_a_subsample_say_the_chain_is_full_data_hmc():
+    """50 rows are fewer than HMC-ECS's smallest subsample (100): tuning takes every row,
+    and the warning says why and names NUTS. Fails when the warning gives the noise target
+    as the reason (it is not one here)."""
+    y = np.random.default_rng(3).normal(0.5, 1.0, size=50)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    step = pmbd.HMCECS(model=model)
+    with model, pytest.warns(pmbd.FullDataWarning, match=r"no more than its smallest.*NUTS"):
+        pm.sample(
+            step=step, tune=40, draws=5, chains=1, random_seed=2, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    assert step.exact
+
+
 def test_truncated_trajectories_are_a_stat_and_a_warning(logistic):
     """A step size so small that ``trajectory_length`` would need more than MAX_LEAPFROG
     steps runs MAX_LEAPFROG of them: each draw records ``trajectory_truncated`` and the chain
