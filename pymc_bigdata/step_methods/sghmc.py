@@ -65,8 +65,8 @@ class SGHMC(SubsamplingStep):
         loop (:mod:`~pymc_bigdata.kernels.baoab_compiled`), with the same draws as the
         Python loop. It needs the model compiled by PyTensor's Numba backend (the default
         mode); draws with second-order control variates run the Python loop. It costs about
-        3 s of compilation per model and process and saves little where a transition's time
-        goes to reading random rows from memory (docs: "Speed").
+        2-3 s of compilation per step and process and saves nothing with 1,000-row
+        minibatches, whose gradient's arithmetic is most of a transition (docs/sghmc.md).
 
     Notes
     -----
