@@ -276,6 +276,8 @@ def run_one(
             for w in caught
             if issubclass(w.category, pmbd.BiasWarning)
         ],
+        # a FullDataWarning (HMC-ECS at m = every row): a notice, not an alarm
+        "full_data": any(issubclass(w.category, pmbd.FullDataWarning) for w in caught),
         "crawl_ess": crawl_ess(idata, step.layer),
         "pymc_warnings": pymc_convergence_warnings(idata, model),
         "map_problem": step.map_problem,
@@ -351,6 +353,8 @@ def pymc_convergence_warnings(idata, model) -> list[str]:
 def alarm_cell(row: dict) -> str:
     """Our alarm, and PyMC's convergence warnings (rows run since their column exists)."""
     ours = "yes" if row["bias_alarm"] else "no"
+    if row.get("full_data"):  # rows run since 45b43d6 say whether HMC-ECS read every row
+        ours += " (full data)"
     theirs = row.get("pymc_warnings")
     return f"{ours} (PyMC: {', '.join(theirs)})" if theirs else ours
 
