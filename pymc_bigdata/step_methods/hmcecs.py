@@ -22,6 +22,7 @@ import warnings
 from typing import Any, ClassVar
 
 import numpy as np
+from pymc.stats.convergence import SamplerWarning, WarningType
 
 from pymc_bigdata.errors import FullDataWarning
 from pymc_bigdata.kernels.hmcecs import (
@@ -259,6 +260,7 @@ class HMCECS(SubsamplingStep):
         self._subsample: Subsample | None = None
         self._evaluation: Evaluation | None = None
         self._info: HMCECSInfo | None = None
+        self._notice: SamplerWarning | None = None  # for this draw's "warning" stat
         self._tuner.restart(self.anchor)
         self.taylor_space, self.subsample_size, self.products, self.lower_bound = self._tuner.start
         self.inner_steps = self._n_steps()
@@ -363,6 +365,7 @@ class HMCECS(SubsamplingStep):
                 self.layer.n_rows, self.subsample_size, few_rows, self.loglik_var_target
             )
             warnings.warn(message, FullDataWarning, stacklevel=2)
+            self._notice = SamplerWarning(WarningType.BAD_PARAMS, message, "warn")
 
     def _tune_step(self, info: HMCECSInfo) -> None:
         if self._fixed_step:
@@ -430,9 +433,12 @@ class HMCECS(SubsamplingStep):
     def _extra_stats(self) -> dict[str, Any]:
         """This draw's own statistics (:func:`~.hmcecs_stats.draw_stats`)."""
         settings = self._estimator_settings()
-        return draw_stats(
+        stats = draw_stats(
             self._info, self._evaluation, settings, self.inner_steps, self._wanted_steps()
         )
+        if self._notice is not None:  # PyMC logs it, from every process (cores > 1)
+            stats["warning"], self._notice = self._notice, None
+        return stats
 
     def _make_alarms(self) -> list[HMCECSAlarm]:
         """Negative signs, a large sigma_hat^2, truncated trajectories, a sticky subsample."""

@@ -291,8 +291,10 @@ def test_tuning_that_reaches_every_row_says_the_chain_is_full_data_hmc(logistic)
         compute_convergence_checks=False,
     )  # fmt: skip
     with model, pytest.warns(pmbd.FullDataWarning, match=r"every row .*full-data HMC"):
-        pm.sample(step=step, **kwargs)
+        idata = pm.sample(step=step, keep_warning_stat=True, **kwargs)
     assert step.exact
+    notices = idata.sample_stats["warning"].values[0, :, 0]  # PyMC logs these (any process)
+    assert "full-data HMC" in notices[0].message and not any(notices[1:])
     default = pmbd.HMCECS(model=model, layer=layer)  # a subsample suffices: no warning
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
