@@ -106,7 +106,10 @@ class Minibatches:
         excluded): what ``n_batches`` calls of :meth:`draw` read, in one array each."""
         if n_batches == 1:
             return self.draw()
-        parts = [self.layer.take_rows(self._sampler.draw()) for _ in range(n_batches)]
+        drawn = [self._sampler.draw() for _ in range(n_batches)]
+        if not isinstance(drawn[0], RowWindow):  # row indices: one gather for them all
+            return self.layer.take_rows(np.concatenate(drawn))
+        parts = [self.layer.take_rows(window) for window in drawn]
         return [np.concatenate(arrays) for arrays in zip(*parts)]
 
     def reset(self, rng: np.random.Generator) -> None:
