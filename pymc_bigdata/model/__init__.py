@@ -12,6 +12,8 @@ One concern per module, leaves first (each imports only those above it):
 * :mod:`.laplace` -- the MAP search and the Laplace fit (:class:`MapResult`,
   :func:`find_map`, :func:`posterior_precision`);
 * :mod:`.anchor` -- control-variate anchors (:class:`Anchor`);
+* :mod:`.estimate_graphs` -- HMC-ECS's whole estimate at ``z`` as one graph (compiled by
+  :mod:`.difference_terms`);
 * :mod:`.likelihood_inputs`, :mod:`.difference_terms` -- HMC-ECS's expansion in the
   likelihood's inputs and its per-row Taylor residuals;
 * :mod:`.minibatch` -- :class:`MinibatchModel`, the façade the samplers use.

@@ -35,6 +35,10 @@ weight 1; the others are subsampled from the pool of ``P = N - C`` rows, ``w = P
 
 The deterministic part, ``sum_k q_k(theta) = l(theta*) + A . delta + 1/2 delta' B delta``
 (``A``, ``B``: full-data sums at the anchor), is added by :func:`control_variate_sum`.
+
+:meth:`DifferenceTerms.perturbed_at_z` and :meth:`DifferenceTerms.block_poisson_at_z` give a
+whole estimate at ``z`` in one compiled call (:mod:`.estimate_graphs`): the same formulas,
+fused, for HMC-ECS's leapfrog.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from pytensor.graph.replace import clone_replace, graph_replace
 
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.compiled import CompiledModel
+from pymc_bigdata.model.estimate_graphs import estimate_graph
 from pymc_bigdata.model.likelihood_inputs import LikelihoodInputs
 from pymc_bigdata.model.passes import FullDataPasses
 
@@ -81,6 +86,7 @@ class DifferenceTerms:
     def __init__(self, compiled: CompiledModel, passes: FullDataPasses):
         self.compiled, self.passes = compiled, passes
         self._fns: dict[tuple[str, int, str], Function] = {}
+        self._last_sums: tuple | None = None
 
     @cached_property
     def likelihood_inputs(self) -> LikelihoodInputs:
@@ -149,6 +155,16 @@ class DifferenceTerms:
 
     def _build(self, kind: str, order: int, space: str) -> Function:
         model, compile_fn = self.compiled.graph, self.compiled.compile
+        if kind.startswith("fused"):  # "fused <estimator> <dense|diagonal>"
+            _, estimator, layout = kind.split()
+            coordinates, _ = self._expansion(space)
+            residuals = self._residual_graph(order, space)
+            before, after, outputs = estimate_graph(
+                estimator, order, layout == "dense", residuals, model.prior_graph,
+                model.theta, model.anchor, coordinates,
+            )  # fmt: skip
+            rows = [model.anchor, self._curvature_point, *model.row_inputs]
+            return compile_fn([*before, *rows, *after], outputs)
         d = self._residual_graph(order, space)
         if kind == "residuals":
             return compile_fn(self._inputs(), d)
@@ -270,6 +286,105 @@ class DifferenceTerms:
             _scalar(lower_bound),
         )
         return float(prior), d, g
+
+    # ------------------------------------------------------------------ fused estimates
+    @staticmethod
+    def fusable(anchor: Anchor, order: int, space: str) -> bool:
+        """Whether :meth:`perturbed_at_z` / :meth:`block_poisson_at_z` can take this anchor:
+        not where the second-order sum's ``B`` is held sparse (large ``d``: a dense ``B`` in
+        the graph would cost ``d^2`` per call), which the step-by-step path multiplies."""
+        hessian = anchor.loglik_hessian
+        return not (order == 2 and space == "parameters" and not isinstance(hessian, np.ndarray))
+
+    def perturbed_at_z(
+        self,
+        z: np.ndarray,
+        linear_map: tuple[np.ndarray, np.ndarray],
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        n_census: int,
+        pool: int,
+        space: str = "parameters",
+    ) -> tuple[float, np.ndarray, float, float]:
+        """The perturbed estimate's ``(log prior + log L_hat, its gradient in z, sigma_hat^2,
+        sum of the sampled rows' d)`` at ``theta = c + L z`` (``linear_map = (c, L)``, ``L``
+        dense or its diagonal), one compiled call (Eqs. 4.1-4.5, 4.7)."""
+        m = len(rows[0]) - n_census
+        w = pool / m
+        fn = self._fused("perturbed", order, space, linear_map[1].ndim == 2)
+        extra = (_scalar(w), _scalar(w * w))
+        logp, grad_z, sigma2, total = fn(*self._fused_args(z, linear_map, rows, anchor, order,
+                                                            space, n_census), *extra)  # fmt: skip
+        return float(logp), grad_z, float(sigma2), float(total)
+
+    def block_poisson_at_z(
+        self,
+        z: np.ndarray,
+        linear_map: tuple[np.ndarray, np.ndarray],
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        estimator: tuple[int, float, int],
+        n_census: int,
+        pool: int,
+        space: str = "parameters",
+    ) -> tuple[float, np.ndarray, int, float, float, float]:
+        """The block-Poisson estimate's ``(log prior + log |L_hat|, its gradient in z, number
+        of negative factors, the factor nearest zero, sum (d - mean d)^2, sum d)`` over the
+        sampled rows, for ``estimator = (minibatch, lower bound a, lambda)`` (Eq. 5.1)."""
+        minibatch, bound, products = estimator
+        fn = self._fused("signed", order, space, linear_map[1].ndim == 2)
+        extra = (
+            _scalar(pool / minibatch),
+            np.asarray(minibatch, dtype=np.int64),
+            _scalar(bound),
+            _scalar(products),
+        )
+        args = self._fused_args(z, linear_map, rows, anchor, order, space, n_census)
+        logp, grad_z, negatives, nearest, spread, total = fn(*args, *extra)
+        return float(logp), grad_z, int(negatives), float(nearest), float(spread), float(total)
+
+    def _fused(self, estimator: str, order: int, space: str, dense: bool) -> Function:
+        layout = "dense" if dense else "diagonal"
+        return self._compiled(f"fused {estimator} {layout}", order, space)
+
+    def _fused_args(
+        self,
+        z: np.ndarray,
+        linear_map: tuple[np.ndarray, np.ndarray],
+        rows: list[np.ndarray],
+        anchor: Anchor,
+        order: int,
+        space: str,
+        n_census: int,
+    ) -> tuple:
+        """The fused function's arguments up to the estimator's own."""
+        star, point = self._points(anchor, order)
+        sums = self._known_sums(anchor, order, space)
+        census = np.asarray(n_census, dtype=np.int64)
+        return (z, *linear_map, star, point, *rows, census, *sums)
+
+    def _known_sums(self, anchor: Anchor, order: int, space: str) -> tuple[np.ndarray, ...]:
+        """``(l(theta*), A, B)`` of :func:`control_variate_sum`, as the fused graph reads them
+        (kept for the last anchor; unused ones empty)."""
+        cached = self._last_sums
+        if cached is not None and cached[0] is anchor and cached[1] == (order, space):
+            return cached[2]
+        slope, curvature = np.zeros(0), np.zeros((0, 0))
+        if order >= 1 and space == "likelihood_inputs":
+            inputs = self.likelihood_inputs.anchor(anchor, order)
+            slope, curvature = inputs.loglik_grad, inputs.loglik_hessian
+        elif order >= 1:
+            slope = anchor.loglik_grad
+            curvature = anchor.loglik_hessian if order >= 2 else curvature
+        sums = (
+            _scalar(anchor.loglik),
+            np.ascontiguousarray(slope, dtype=np.float64),
+            np.ascontiguousarray(curvature, dtype=np.float64),
+        )
+        self._last_sums = (anchor, (order, space), sums)
+        return sums
 
 
 def control_variate_sum(

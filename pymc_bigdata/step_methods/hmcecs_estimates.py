@@ -131,6 +131,10 @@ class SubsampleEstimates:
     exact_cache
         The last exact evaluation (the u-update of an exact estimate proposes the same
         ``u``: its evaluation is reused); :attr:`exact_cache` holds the newest.
+    fused
+        Evaluate in one compiled call (:mod:`pymc_bigdata.model.estimate_graphs`; the same
+        formulas) where the layer can (:meth:`~.DifferenceTerms.fusable`); False: step by
+        step, through the kernel's numpy estimators (the reference, for tests).
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class SubsampleEstimates:
         anchor: Anchor,
         settings: EstimatorSettings,
         exact_cache: ExactCache,
+        fused: bool = True,
     ):
         self.layer, self.minibatches, self.pool_rows = layer, minibatches, pool_rows
         self.precond, self.anchor, self.settings = precond, anchor, settings
@@ -152,6 +157,9 @@ class SubsampleEstimates:
         self.exact = settings.estimator == "perturbed" and settings.subsample_size >= self.pool
         #: the rows the evaluations read so far
         self.rows_read = 0
+        terms = layer.difference_terms
+        self._fused = fused and terms.fusable(anchor, settings.taylor_order, settings.taylor_space)
+        self._linear_map = tuple(np.ascontiguousarray(a) for a in precond.linear_map())
 
     def _take(self, positions: np.ndarray) -> list[np.ndarray]:
         return take_pool_rows(self.layer, self.pool_rows, positions)
@@ -181,14 +189,41 @@ class SubsampleEstimates:
         and the sign; with :attr:`exact`, the full-data log posterior."""
         if self.exact:
             return self._evaluate_exactly(z)
-        s, theta = self.settings, self.precond.theta(z)
         rows = self.minibatches.with_census(list(u.rows))
-        n_census, pool = len(self.minibatches.census), self.pool
+        n_census = len(self.minibatches.census)
         self.rows_read += n_census + len(u.indices)
         try:
-            prior, d, g = self._residuals(theta, rows, n_census)
+            if self._fused:
+                return self._evaluate_fused(z, rows, n_census)
+            return self._evaluate_by_steps(z, rows, n_census)
         except ParameterValueError:
             return Evaluation(math.nan, np.full(len(z), np.nan), math.nan, 1, math.nan)
+
+    def _evaluate_fused(self, z: np.ndarray, rows: list[np.ndarray], n_census: int) -> Evaluation:
+        """:meth:`evaluate` in one compiled call (the formulas of :meth:`_evaluate_by_steps`)."""
+        s, pool, terms = self.settings, self.pool, self.layer.difference_terms
+        common = (self.anchor, s.taylor_order)
+        n = len(rows[0]) - n_census
+        if s.estimator == "perturbed":
+            logp, grad_z, sigma2, total = terms.perturbed_at_z(
+                z, self._linear_map, rows, *common, n_census, pool, s.taylor_space
+            )
+            return Evaluation(logp, grad_z, sigma2, 1, pool * total / n)
+        signed = (s.minibatch, s.lower_bound, s.products)
+        logp, grad_z, negatives, nearest, spread, total = terms.block_poisson_at_z(
+            z, self._linear_map, rows, *common, signed, n_census, pool, s.taylor_space
+        )
+        variance = pool * pool * spread / (n - 1) / s.minibatch / s.products if n > 1 else math.nan
+        level = pool * total / n if n else 0.0
+        return Evaluation(logp, grad_z, variance, -1 if negatives % 2 else 1, level, nearest)
+
+    def _evaluate_by_steps(
+        self, z: np.ndarray, rows: list[np.ndarray], n_census: int
+    ) -> Evaluation:
+        """:meth:`evaluate` step by step: the residuals and gradient, the control variates'
+        sum and the kernel's numpy estimators (the reference)."""
+        s, theta, pool = self.settings, self.precond.theta(z), self.pool
+        prior, d, g = self._residuals(theta, rows, n_census)
         cv_sum, cv_grad = control_variate_sum(
             theta, self.anchor, s.taylor_order, s.taylor_space, self.layer
         )
