@@ -44,7 +44,7 @@ fused, for HMC-ECS's leapfrog.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import pytensor.tensor as pt
@@ -58,7 +58,13 @@ from pymc_bigdata.model.estimate_graphs import estimate_graph
 from pymc_bigdata.model.likelihood_inputs import LikelihoodInputs
 from pymc_bigdata.model.passes import FullDataPasses
 
-__all__ = ["TAYLOR_ORDERS", "DifferenceTerms", "HasLikelihoodInputs", "control_variate_sum"]
+__all__ = [
+    "TAYLOR_ORDERS",
+    "DifferenceTerms",
+    "EstimateAt",
+    "HasLikelihoodInputs",
+    "control_variate_sum",
+]
 
 #: the Taylor orders of the control variates (Sec. 6.8 of the paper compares them)
 TAYLOR_ORDERS = (0, 1, 2)
@@ -70,6 +76,22 @@ class HasLikelihoodInputs(Protocol):
 
     @property
     def likelihood_inputs(self) -> LikelihoodInputs: ...
+
+
+class EstimateAt(NamedTuple):
+    """Where a fused estimate is taken (:meth:`DifferenceTerms.perturbed_at_z`): ``theta = c +
+    L z`` with ``linear_map = (c, L)`` (``L`` dense or its diagonal), the rows (``n_census``
+    census rows first, then the sampled ones, drawn from a pool of ``pool`` rows), the
+    anchor, the Taylor order and the expansion's space."""
+
+    z: np.ndarray
+    linear_map: tuple[np.ndarray, np.ndarray]
+    rows: list[np.ndarray]
+    anchor: Anchor
+    order: int
+    space: str
+    n_census: int
+    pool: int
 
 
 class DifferenceTerms:
@@ -157,14 +179,7 @@ class DifferenceTerms:
         model, compile_fn = self.compiled.graph, self.compiled.compile
         if kind.startswith("fused"):  # "fused <estimator> <dense|diagonal>"
             _, estimator, layout = kind.split()
-            coordinates, _ = self._expansion(space)
-            residuals = self._residual_graph(order, space)
-            before, after, outputs = estimate_graph(
-                estimator, order, layout == "dense", residuals, model.prior_graph,
-                model.theta, model.anchor, coordinates,
-            )  # fmt: skip
-            rows = [model.anchor, self._curvature_point, *model.row_inputs]
-            return compile_fn([*before, *rows, *after], outputs)
+            return self._build_fused(estimator, order, space, layout == "dense")
         d = self._residual_graph(order, space)
         if kind == "residuals":
             return compile_fn(self._inputs(), d)
@@ -195,6 +210,16 @@ class DifferenceTerms:
         objective = prior + (zero_grad(coefficient) * d).sum()
         inputs = [*self._inputs(), census, *extra]
         return compile_fn(inputs, [prior, d, grad(objective, model.theta)])
+
+    def _build_fused(self, estimator: str, order: int, space: str, dense: bool) -> Function:
+        """The whole estimate at ``z`` (:func:`~.estimate_graphs.estimate_graph`), compiled."""
+        model = self.compiled.graph
+        coordinates, _ = self._expansion(space)
+        residuals = self._residual_graph(order, space)
+        graph_in = (residuals, model.prior_graph, model.theta, model.anchor, coordinates)
+        before, after, outputs = estimate_graph(estimator, order, dense, *graph_in)
+        rows = [model.anchor, self._curvature_point, *model.row_inputs]
+        return self.compiled.compile([*before, *rows, *after], outputs)
 
     # ------------------------------------------------------------------ calls
     @staticmethod
@@ -296,74 +321,40 @@ class DifferenceTerms:
         hessian = anchor.loglik_hessian
         return not (order == 2 and space == "parameters" and not isinstance(hessian, np.ndarray))
 
-    def perturbed_at_z(
-        self,
-        z: np.ndarray,
-        linear_map: tuple[np.ndarray, np.ndarray],
-        rows: list[np.ndarray],
-        anchor: Anchor,
-        order: int,
-        n_census: int,
-        pool: int,
-        space: str = "parameters",
-    ) -> tuple[float, np.ndarray, float, float]:
+    def perturbed_at_z(self, at: EstimateAt) -> tuple[float, np.ndarray, float, float]:
         """The perturbed estimate's ``(log prior + log L_hat, its gradient in z, sigma_hat^2,
-        sum of the sampled rows' d)`` at ``theta = c + L z`` (``linear_map = (c, L)``, ``L``
-        dense or its diagonal), one compiled call (Eqs. 4.1-4.5, 4.7)."""
-        m = len(rows[0]) - n_census
-        w = pool / m
-        fn = self._fused("perturbed", order, space, linear_map[1].ndim == 2)
-        extra = (_scalar(w), _scalar(w * w))
-        logp, grad_z, sigma2, total = fn(*self._fused_args(z, linear_map, rows, anchor, order,
-                                                            space, n_census), *extra)  # fmt: skip
+        sum of the sampled rows' d)`` at ``at``, one compiled call (Eqs. 4.1-4.5, 4.7)."""
+        w = at.pool / (len(at.rows[0]) - at.n_census)
+        fn = self._fused("perturbed", at)
+        logp, grad_z, sigma2, total = fn(*self._fused_args(at), _scalar(w), _scalar(w * w))
         return float(logp), grad_z, float(sigma2), float(total)
 
     def block_poisson_at_z(
-        self,
-        z: np.ndarray,
-        linear_map: tuple[np.ndarray, np.ndarray],
-        rows: list[np.ndarray],
-        anchor: Anchor,
-        order: int,
-        estimator: tuple[int, float, int],
-        n_census: int,
-        pool: int,
-        space: str = "parameters",
+        self, at: EstimateAt, minibatch: int, lower_bound: float, products: int
     ) -> tuple[float, np.ndarray, int, float, float, float]:
         """The block-Poisson estimate's ``(log prior + log |L_hat|, its gradient in z, number
         of negative factors, the factor nearest zero, sum (d - mean d)^2, sum d)`` over the
-        sampled rows, for ``estimator = (minibatch, lower bound a, lambda)`` (Eq. 5.1)."""
-        minibatch, bound, products = estimator
-        fn = self._fused("signed", order, space, linear_map[1].ndim == 2)
+        sampled rows at ``at``, with ``lambda = products`` factors (Eq. 5.1)."""
         extra = (
-            _scalar(pool / minibatch),
+            _scalar(at.pool / minibatch),
             np.asarray(minibatch, dtype=np.int64),
-            _scalar(bound),
+            _scalar(lower_bound),
             _scalar(products),
         )
-        args = self._fused_args(z, linear_map, rows, anchor, order, space, n_census)
-        logp, grad_z, negatives, nearest, spread, total = fn(*args, *extra)
+        fn = self._fused("signed", at)
+        logp, grad_z, negatives, nearest, spread, total = fn(*self._fused_args(at), *extra)
         return float(logp), grad_z, int(negatives), float(nearest), float(spread), float(total)
 
-    def _fused(self, estimator: str, order: int, space: str, dense: bool) -> Function:
-        layout = "dense" if dense else "diagonal"
-        return self._compiled(f"fused {estimator} {layout}", order, space)
+    def _fused(self, estimator: str, at: EstimateAt) -> Function:
+        layout = "dense" if at.linear_map[1].ndim == 2 else "diagonal"
+        return self._compiled(f"fused {estimator} {layout}", at.order, at.space)
 
-    def _fused_args(
-        self,
-        z: np.ndarray,
-        linear_map: tuple[np.ndarray, np.ndarray],
-        rows: list[np.ndarray],
-        anchor: Anchor,
-        order: int,
-        space: str,
-        n_census: int,
-    ) -> tuple:
+    def _fused_args(self, at: EstimateAt) -> tuple:
         """The fused function's arguments up to the estimator's own."""
-        star, point = self._points(anchor, order)
-        sums = self._known_sums(anchor, order, space)
-        census = np.asarray(n_census, dtype=np.int64)
-        return (z, *linear_map, star, point, *rows, census, *sums)
+        star, point = self._points(at.anchor, at.order)
+        sums = self._known_sums(at.anchor, at.order, at.space)
+        census = np.asarray(at.n_census, dtype=np.int64)
+        return (at.z, *at.linear_map, star, point, *at.rows, census, *sums)
 
     def _known_sums(self, anchor: Anchor, order: int, space: str) -> tuple[np.ndarray, ...]:
         """``(l(theta*), A, B)`` of :func:`control_variate_sum`, as the fused graph reads them

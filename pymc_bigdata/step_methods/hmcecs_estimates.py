@@ -28,7 +28,11 @@ from pymc_bigdata.kernels.hmcecs import (
     propose_products,
 )
 from pymc_bigdata.model.anchor import Anchor
-from pymc_bigdata.model.difference_terms import DifferenceTerms, control_variate_sum
+from pymc_bigdata.model.difference_terms import (
+    DifferenceTerms,
+    EstimateAt,
+    control_variate_sum,
+)
 from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.minibatches import Minibatches
@@ -202,16 +206,15 @@ class SubsampleEstimates:
     def _evaluate_fused(self, z: np.ndarray, rows: list[np.ndarray], n_census: int) -> Evaluation:
         """:meth:`evaluate` in one compiled call (the formulas of :meth:`_evaluate_by_steps`)."""
         s, pool, terms = self.settings, self.pool, self.layer.difference_terms
-        common = (self.anchor, s.taylor_order)
+        at = EstimateAt(
+            z, self._linear_map, rows, self.anchor, s.taylor_order, s.taylor_space, n_census, pool
+        )
         n = len(rows[0]) - n_census
         if s.estimator == "perturbed":
-            logp, grad_z, sigma2, total = terms.perturbed_at_z(
-                z, self._linear_map, rows, *common, n_census, pool, s.taylor_space
-            )
+            logp, grad_z, sigma2, total = terms.perturbed_at_z(at)
             return Evaluation(logp, grad_z, sigma2, 1, pool * total / n)
-        signed = (s.minibatch, s.lower_bound, s.products)
         logp, grad_z, negatives, nearest, spread, total = terms.block_poisson_at_z(
-            z, self._linear_map, rows, *common, signed, n_census, pool, s.taylor_space
+            at, s.minibatch, s.lower_bound, s.products
         )
         variance = pool * pool * spread / (n - 1) / s.minibatch / s.products if n > 1 else math.nan
         level = pool * total / n if n else 0.0
