@@ -326,3 +326,39 @@ def test_unknown_index_weights_are_refused():
     update = momentum_update(0.3, 1.0, "obabo")
     with pytest.raises(ValueError, match=r"weights must be one of \('linear', 'paper'\)"):
         index_log_weight(np.zeros(2), np.ones(2), update, "quadratic")
+
+
+@pytest.mark.parametrize("n_proposals", [1, 5])
+@pytest.mark.parametrize("weights", ["linear", "paper"])
+def test_one_chain_decides_as_the_batched_chain(weights: str, n_proposals: int):
+    """One chain (momentum of shape ``(d,)``, the step method's case) runs the index chain in
+    Python floats; from the same candidates and random numbers it makes the same decisions
+    as the batched form run on a batch of that one chain, whose law the test above checks.
+
+    Catches a single-chain chain that keeps the first candidate's weight after accepting,
+    compares the weights the wrong way round, or counts its acceptances wrongly."""
+    update = momentum_update(0.5, 1.0, "obabo")
+    accepted_total = 0
+    for seed in range(200):
+        candidates = np.random.default_rng(seed).normal(scale=3.0, size=(n_proposals + 1, 4))
+        momentum = np.random.default_rng(seed + 1000).normal(size=4)
+        chosen, accepted = index_chain(
+            iter(candidates).__next__,
+            momentum,
+            update,
+            n_proposals,
+            np.random.default_rng(seed),
+            weights,
+        )
+        chosen_b, accepted_b = index_chain(
+            iter(candidates[:, None, :]).__next__,
+            momentum[None],
+            update,
+            n_proposals,
+            np.random.default_rng(seed),
+            weights,
+        )
+        np.testing.assert_array_equal(chosen, chosen_b[0])
+        assert int(accepted) == int(accepted_b[0])
+        accepted_total += int(accepted)
+    assert 0 < accepted_total < 200 * n_proposals  # the decisions are not all alike
