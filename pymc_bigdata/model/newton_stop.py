@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.linalg
 
 __all__ = [
     "FINAL_STEP_DECREMENT",
     "FINAL_STEP_FROM",
     "MAP_NEWTON_TOLERANCE",
     "predicted_decrement",
+    "predicted_from_gradient_change",
     "settled_decrement",
 ]
 
@@ -52,3 +54,32 @@ def predicted_decrement(previous: float, decrement: float) -> float:
     if not math.isfinite(previous) or previous <= 0.0:
         return math.inf
     return decrement**3 / previous**2
+
+
+def predicted_from_gradient_change(
+    previous_grad: np.ndarray,
+    previous_step: np.ndarray,
+    grad: np.ndarray,
+    precision: np.ndarray,
+    factor: tuple[np.ndarray, bool],
+) -> float:
+    """The Newton decrement expected after an exact Newton step from a point where the log
+    posterior's gradient is ``grad`` and its precision ``precision`` (``P``, with Cholesky
+    ``factor``), reached by a step ``previous_step`` taken with another (inexact) precision
+    from a point of gradient ``previous_grad``.
+
+    The inexact step's decrement says little of the third derivatives ``T`` that set
+    Newton's convergence (:func:`predicted_decrement` would read the inexact precision's
+    error as ``T``); the gradient's change along the step does: ``r = grad - previous_grad +
+    P s = T[s, s] / 2`` to leading order (``s = previous_step``), and the exact step ``u =
+    P^-1 grad`` leaves the gradient ``T[u, u] / 2``. With ``T`` of the same size along both,
+    that is ``r`` scaled by ``(|u| / |s|)^2`` in ``P``'s norm: ``d_next = (r^T P^-1 r) (d /
+    s^T P s)^2``, ``d = grad^T u`` the decrement now.
+    """
+    residual = grad - previous_grad + precision @ previous_step
+    step_size = float(previous_step @ precision @ previous_step)
+    if not step_size > 0.0:
+        return math.inf
+    decrement = float(grad @ scipy.linalg.cho_solve(factor, grad))
+    residual_size = float(residual @ scipy.linalg.cho_solve(factor, residual))
+    return residual_size * (decrement / step_size) ** 2

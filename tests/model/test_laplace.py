@@ -92,8 +92,8 @@ def test_exact_newton_takes_over_where_the_posterior_becomes_concave(monkeypatch
     attempts = []
     exact = laplace._exact_newton
 
-    def watched(passes, theta):
-        result, n_eval = exact(passes, theta)
+    def watched(passes, theta, start_precision=None):
+        result, n_eval = exact(passes, theta, start_precision)
         attempts.append(result is not None)
         return result, n_eval
 
@@ -105,3 +105,77 @@ def test_exact_newton_takes_over_where_the_posterior_becomes_concave(monkeypatch
     assert result.n_evaluations <= 25
     assert (layer.rows.rows_streamed - streamed) / layer.n_rows <= 26
     assert result.newton_decrement < 1e-10
+
+
+def _in_memory_logistic_layer() -> pmbd.MinibatchModel:
+    """200,000 rows in memory, a subsample of 8,192 (chunk_rows)."""
+    n_rows = 200_000
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((n_rows, N_COEFS))
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, N_COEFS)))).astype(np.int8)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=N_COEFS)
+        pm.Bernoulli("obs", logit_p=pm.Data("X", X) @ beta, observed=pm.Data("y", y))
+    return pmbd.MinibatchModel(model, chunk_rows=8_192)
+
+
+def _hessian_passes(monkeypatch) -> list[int]:
+    """Counts the passes that read the Hessian (a list holding one count)."""
+    from pymc_bigdata.model.passes import FullDataPasses
+
+    count = [0]
+    read = FullDataPasses.full_loglik_grad_hessian
+
+    def counted(self, theta):
+        count[0] += 1
+        return read(self, theta)
+
+    monkeypatch.setattr(FullDataPasses, "full_loglik_grad_hessian", counted)
+    return count
+
+
+def test_the_first_newton_step_takes_the_subsamples_hessian_in_memory(monkeypatch):
+    """Rows in memory, 24 times the subsample's: exact Newton's first step takes the
+    subsample's Hessian from a pass that reads no Hessian, so the search reads one Hessian
+    in its 2 passes, the last step taken where the gradient's change along the first
+    predicts it lands within ``FINAL_STEP_DECREMENT``; it ends at the exact search's mode
+    (within 1e-4 posterior sds, the decrement the last step is taken at) with the exact
+    Hessian at its last point. Caught: ``INEXACT_FIRST_STEP_RATIO`` so large that the gate
+    never opens (2 Hessian passes); a first step that keeps the subsample's Hessian as the
+    Laplace precision (the precision check); the decrement rule
+    (:func:`predicted_decrement`) after the inexact step (3 passes)."""
+    import pymc_bigdata.model.laplace as laplace
+
+    hessians = _hessian_passes(monkeypatch)
+    layer = _in_memory_logistic_layer()
+    result = layer.find_map(None)
+    assert (hessians[0], result.n_evaluations) == (1, 2)
+    exact_hessian = layer.passes.full_loglik_hessian(result.hessian_point)
+    precision = laplace.posterior_precision(
+        laplace.symmetrised(exact_hessian), layer.compiled.prior_hessian(result.hessian_point)
+    )
+    np.testing.assert_allclose(result.hessian, precision, rtol=1e-10)
+    monkeypatch.setattr(laplace, "INEXACT_FIRST_STEP_RATIO", np.inf)
+    exact = layer.find_map(None)
+    assert hessians[0] == 3  # 2 more: the exact search reads one per pass
+    sd = np.sqrt(np.diag(np.linalg.inv(exact.hessian)))
+    assert np.max(np.abs(result.theta - exact.theta) / sd) < 1e-4
+
+
+def test_a_poor_first_step_starts_the_exact_search_again(monkeypatch):
+    """Where the step with the subsample's Hessian lowers the log posterior (forced: that
+    Hessian divided by 100, a step 100 times too long), the search starts again from the
+    subsample's optimum with an exact step and ends at the same mode. Caught: a search that
+    gives up there (the fixed-Hessian search instead: more passes than the bound)."""
+    import pymc_bigdata.model.laplace as laplace
+
+    subsample_precision = laplace._subsample_precision
+    monkeypatch.setattr(
+        laplace, "_subsample_precision", lambda *args: subsample_precision(*args) / 100.0
+    )
+    layer = _in_memory_logistic_layer()
+    result = layer.find_map(None)
+    assert result.n_evaluations <= 4  # 2 for the failed start, 2 exact ones
+    assert result.newton_decrement < 1e-8
+    _, grad = layer.full_logp_grad(result.theta)
+    assert float(grad @ np.linalg.solve(result.hessian, grad)) < 1e-8
