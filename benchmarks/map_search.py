@@ -5,7 +5,7 @@ the row source streamed (the search's check of the row factorisation reads one b
 counted), the Newton decrement at the end and the distance to the exact mode in posterior
 sds (Newton with the exact Hessian from the result, to a decrement below 1e-12). "default"
 is ``find_map`` as it is (the exact-Hessian stage where the first stage saw a subsample,
-N > 65,536 rows); "fixed Hessian only" is the search with ``_newton_then_exact`` switched off:
+N > 65,536 rows); "fixed Hessian only" is the search with ``newton_then_exact`` switched off:
 Newton with the subsample's Hessian, then the gradient and Hessian at the mode (the search
 before the exact stage); "exact first step" is the default with
 ``INEXACT_FIRST_STEP_RATIO`` out of reach (every exact-stage pass reads the Hessian; the
@@ -28,7 +28,7 @@ import pymc as pm
 
 import pymc_bigdata as pmbd
 from pymc_bigdata.demo import make_data
-from pymc_bigdata.model import laplace
+from pymc_bigdata.model import laplace, newton
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -67,7 +67,7 @@ def search(model: pm.Model) -> dict:
     result = layer.find_map()
     seconds = time.perf_counter() - start
     passes = (layer.rows.rows_streamed - streamed) / layer.n_rows
-    mode, _ = laplace._newton(layer.passes, result.theta, result.hessian, max_iter=20)
+    mode, _ = newton.fixed_hessian_newton(layer.passes, result.theta, result.hessian, max_iter=20)
     sd = np.sqrt(np.diag(np.linalg.inv(result.hessian)))
     return {
         "reported": result.n_evaluations,
@@ -85,19 +85,19 @@ def main() -> None:
         "| max distance to the mode (sds) |",
         "|---|---|---|---|---|---|",
     ]
-    exact, ratio = laplace._newton_then_exact, laplace.INEXACT_FIRST_STEP_RATIO
+    exact, ratio = laplace.newton_then_exact, newton.INEXACT_FIRST_STEP_RATIO
     variants = (("default", exact, ratio), ("exact first step", exact, np.inf))
     for name, build in MODELS.items():
         for label, stage, gate in (*variants, ("fixed Hessian only", None, ratio)):
-            laplace._newton_then_exact = stage or (lambda passes, theta, rows: (None, 0, theta))
-            laplace.INEXACT_FIRST_STEP_RATIO = gate
+            laplace.newton_then_exact = stage or (lambda passes, theta, rows: (None, 0, theta))
+            newton.INEXACT_FIRST_STEP_RATIO = gate
             r = search(build())
             lines.append(
                 f"| {name} | {label} | {r['reported']} / {r['streamed']:.1f} | "
                 f"{r['seconds']:.2f} | {r['decrement']:.2g} | {r['off']:.2g} |"
             )
             print(lines[-1], flush=True)
-    laplace._newton_then_exact, laplace.INEXACT_FIRST_STEP_RATIO = exact, ratio
+    laplace.newton_then_exact, newton.INEXACT_FIRST_STEP_RATIO = exact, ratio
     text = "\n".join(
         [
             "# The MAP search's full-data passes",

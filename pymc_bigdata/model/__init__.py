@@ -9,8 +9,11 @@ One concern per module, leaves first (each imports only those above it):
 * :mod:`.compiled` -- the compiled functions (:class:`CompiledModel`, :class:`ChunkFunction`,
   :func:`compile_function`);
 * :mod:`.passes` -- full-data passes in row chunks (:class:`FullDataPasses`);
-* :mod:`.laplace` -- the MAP search and the Laplace fit (:class:`MapResult`,
-  :func:`find_map`, :func:`posterior_precision`);
+* :mod:`.map_result` -- a MAP with its curvature (:class:`MapResult`) and the posterior
+  precision (:func:`posterior_precision`);
+* :mod:`.newton_stop`, :mod:`.newton` -- the MAP search's full-data Newton stage and when it
+  stops;
+* :mod:`.laplace` -- the MAP search and the Laplace fit (:func:`find_map`);
 * :mod:`.anchor` -- control-variate anchors (:class:`Anchor`);
 * :mod:`.estimate_graphs` -- HMC-ECS's whole estimate at ``z`` as one graph (compiled by
   :mod:`.difference_terms`);

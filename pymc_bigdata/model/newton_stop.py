@@ -14,6 +14,7 @@ __all__ = [
     "FINAL_STEP_FROM",
     "MAP_NEWTON_TOLERANCE",
     "predicted_decrement",
+    "predicted_after_fixed_step",
     "predicted_from_gradient_change",
     "settled_decrement",
 ]
@@ -71,15 +72,49 @@ def predicted_from_gradient_change(
     The inexact step's decrement says little of the third derivatives ``T`` that set
     Newton's convergence (:func:`predicted_decrement` would read the inexact precision's
     error as ``T``); the gradient's change along the step does: ``r = grad - previous_grad +
-    P s = T[s, s] / 2`` to leading order (``s = previous_step``), and the exact step ``u =
-    P^-1 grad`` leaves the gradient ``T[u, u] / 2``. With ``T`` of the same size along both,
-    that is ``r`` scaled by ``(|u| / |s|)^2`` in ``P``'s norm: ``d_next = (r^T P^-1 r) (d /
-    s^T P s)^2``, ``d = grad^T u`` the decrement now.
+    P s = -T[s, s] / 2`` to leading order (``s = previous_step``), and the exact step ``u =
+    P^-1 grad`` leaves the gradient ``-T[u, u] / 2``. With ``T`` of the same size along
+    both, that is ``r`` scaled by ``(|u| / |s|)^2`` in ``P``'s norm: ``d_next = (r^T P^-1 r)
+    (d / s^T P s)^2``, ``d = grad^T u`` the decrement now.
     """
+    residual_size, step_size, decrement = _gradient_change(
+        previous_grad, previous_step, grad, precision, factor
+    )
+    return residual_size * (decrement / step_size) ** 2
+
+
+def predicted_after_fixed_step(
+    previous_grad: np.ndarray,
+    previous_step: np.ndarray,
+    grad: np.ndarray,
+    precision: np.ndarray,
+    factor: tuple[np.ndarray, bool],
+) -> float:
+    """The Newton decrement expected after a step with ``precision`` (``P``, read at an
+    earlier point, the previous step ``s`` taken with it too) from a point of gradient
+    ``grad``: the step ``u = P^-1 grad`` misses by the precision's change along ``s``,
+    ``T[s, u]``, twice ``r = grad - previous_grad + P s = -T[s, s] / 2`` scaled by ``|u| /
+    |s|``: ``d_next = 4 (r^T P^-1 r) d / s^T P s`` (arguments as in
+    :func:`predicted_from_gradient_change`)."""
+    residual_size, step_size, decrement = _gradient_change(
+        previous_grad, previous_step, grad, precision, factor
+    )
+    return 4.0 * residual_size * decrement / step_size
+
+
+def _gradient_change(
+    previous_grad: np.ndarray,
+    previous_step: np.ndarray,
+    grad: np.ndarray,
+    precision: np.ndarray,
+    factor: tuple[np.ndarray, bool],
+) -> tuple[float, float, float]:
+    """``r^T P^-1 r``, ``s^T P s`` and ``grad^T P^-1 grad`` (``r = grad - previous_grad + P
+    s``); where the step has no positive size, r^T P^-1 r is infinite (no forecast)."""
     residual = grad - previous_grad + precision @ previous_step
     step_size = float(previous_step @ precision @ previous_step)
-    if not step_size > 0.0:
-        return math.inf
     decrement = float(grad @ scipy.linalg.cho_solve(factor, grad))
     residual_size = float(residual @ scipy.linalg.cho_solve(factor, residual))
-    return residual_size * (decrement / step_size) ** 2
+    if not step_size > 0.0:
+        return math.inf, 1.0, decrement
+    return residual_size, step_size, decrement
