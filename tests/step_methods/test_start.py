@@ -45,7 +45,7 @@ def test_the_anchor_moves_to_the_fit_s_centre_in_the_census_pass():
     loglik, loglik_grad = layer.full_loglik_grad(fit.theta)
     np.testing.assert_allclose(anchor.loglik_grad, loglik_grad, rtol=1e-10, atol=1e-8)
     np.testing.assert_allclose(anchor.loglik, loglik, rtol=1e-12)
-    np.testing.assert_array_equal(anchor.curvature_point, fit.sums_point)
+    np.testing.assert_array_equal(anchor.curvature_point, fit.hessian_point)
     assert anchor.loglik_hessian is not None
     alone = census_rows(layer, step.laplace, fit.theta, step.batch_size)
     assert len(alone) > 0
@@ -66,6 +66,6 @@ def test_a_fit_outside_the_set_up_is_anchored_at_its_centre():
     moved = starting_fit(layer, None, "dense", "test", "auto")
     assert layer.rows.rows_streamed - streamed == N_ROWS
     np.testing.assert_array_equal(moved.anchor.theta, fit.theta)
-    np.testing.assert_array_equal(moved.anchor.curvature_point, fit.sums_point)
+    np.testing.assert_array_equal(moved.anchor.curvature_point, fit.hessian_point)
     _, loglik_grad = layer.full_loglik_grad(fit.theta)
     np.testing.assert_allclose(moved.anchor.loglik_grad, loglik_grad, rtol=1e-10, atol=1e-8)
