@@ -26,6 +26,7 @@ from pymc_bigdata.model.newton_stop import (
     FINAL_STEP_DECREMENT,
     FINAL_STEP_FROM,
     MAP_NEWTON_TOLERANCE,
+    GradientChange,
     predicted_after_fixed_step,
     predicted_decrement,
     predicted_from_gradient_change,
@@ -244,7 +245,7 @@ def _subsample_started_newton(
             break
         theta = theta + step
         mode, mode_lp = theta, at.lp + 0.5 * decrement  # the quadratic model's rise
-        mode_decrement = forecast(*previous, at.grad, at.precision, factor)
+        mode_decrement = forecast(GradientChange(*previous, at.grad, at.precision, factor))
         if decrement <= FINAL_STEP_FROM and mode_decrement <= FINAL_STEP_DECREMENT:
             break
         before, at, n_eval = at, _evaluate(passes, theta, hessian=False), n_eval + 1

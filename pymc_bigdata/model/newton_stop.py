@@ -5,6 +5,7 @@ the step then taken without a pass to check it (``pymc_bigdata/model/laplace.py`
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -12,6 +13,7 @@ import scipy.linalg
 __all__ = [
     "FINAL_STEP_DECREMENT",
     "FINAL_STEP_FROM",
+    "GradientChange",
     "MAP_NEWTON_TOLERANCE",
     "predicted_decrement",
     "predicted_after_fixed_step",
@@ -57,17 +59,35 @@ def predicted_decrement(previous: float, decrement: float) -> float:
     return decrement**3 / previous**2
 
 
-def predicted_from_gradient_change(
-    previous_grad: np.ndarray,
-    previous_step: np.ndarray,
-    grad: np.ndarray,
-    precision: np.ndarray,
-    factor: tuple[np.ndarray, bool],
-) -> float:
-    """The Newton decrement expected after an exact Newton step from a point where the log
-    posterior's gradient is ``grad`` and its precision ``precision`` (``P``, with Cholesky
-    ``factor``), reached by a step ``previous_step`` taken with another (inexact) precision
-    from a point of gradient ``previous_grad``.
+class GradientChange(NamedTuple):
+    """What a Newton step's two ends tell of the log posterior's third derivatives: the
+    gradient ``previous_grad`` where the step ``previous_step`` started, and, where it
+    ended, the gradient ``grad`` and a precision ``precision`` (``P``, with its Cholesky
+    ``factor``)."""
+
+    previous_grad: np.ndarray
+    previous_step: np.ndarray
+    grad: np.ndarray
+    precision: np.ndarray
+    factor: tuple[np.ndarray, bool]
+
+    def sizes(self) -> tuple[float, float, float]:
+        """``r^T P^-1 r``, ``s^T P s`` and ``grad^T P^-1 grad``, ``r = grad - previous_grad
+        + P s`` (``s = previous_step``); ``r^T P^-1 r`` infinite where ``s`` has no
+        positive size (no forecast)."""
+        residual = self.grad - self.previous_grad + self.precision @ self.previous_step
+        step_size = float(self.previous_step @ self.precision @ self.previous_step)
+        decrement = float(self.grad @ scipy.linalg.cho_solve(self.factor, self.grad))
+        if not step_size > 0.0:
+            return math.inf, 1.0, decrement
+        residual_size = float(residual @ scipy.linalg.cho_solve(self.factor, residual))
+        return residual_size, step_size, decrement
+
+
+def predicted_from_gradient_change(change: GradientChange) -> float:
+    """The Newton decrement expected after an exact Newton step (with ``change.precision``,
+    read where the gradient is ``change.grad``) from the end of a step taken with another,
+    inexact, precision.
 
     The inexact step's decrement says little of the third derivatives ``T`` that set
     Newton's convergence (:func:`predicted_decrement` would read the inexact precision's
@@ -77,44 +97,15 @@ def predicted_from_gradient_change(
     both, that is ``r`` scaled by ``(|u| / |s|)^2`` in ``P``'s norm: ``d_next = (r^T P^-1 r)
     (d / s^T P s)^2``, ``d = grad^T u`` the decrement now.
     """
-    residual_size, step_size, decrement = _gradient_change(
-        previous_grad, previous_step, grad, precision, factor
-    )
+    residual_size, step_size, decrement = change.sizes()
     return residual_size * (decrement / step_size) ** 2
 
 
-def predicted_after_fixed_step(
-    previous_grad: np.ndarray,
-    previous_step: np.ndarray,
-    grad: np.ndarray,
-    precision: np.ndarray,
-    factor: tuple[np.ndarray, bool],
-) -> float:
-    """The Newton decrement expected after a step with ``precision`` (``P``, read at an
-    earlier point, the previous step ``s`` taken with it too) from a point of gradient
-    ``grad``: the step ``u = P^-1 grad`` misses by the precision's change along ``s``,
-    ``T[s, u]``, twice ``r = grad - previous_grad + P s = -T[s, s] / 2`` scaled by ``|u| /
-    |s|``: ``d_next = 4 (r^T P^-1 r) d / s^T P s`` (arguments as in
-    :func:`predicted_from_gradient_change`)."""
-    residual_size, step_size, decrement = _gradient_change(
-        previous_grad, previous_step, grad, precision, factor
-    )
+def predicted_after_fixed_step(change: GradientChange) -> float:
+    """The Newton decrement expected after a step with ``change.precision`` (``P``, read at
+    an earlier point; the step ``s`` that ended here was taken with it too): the step ``u =
+    P^-1 grad`` misses by the precision's change along ``s``, ``T[s, u]``, twice ``r = grad
+    - previous_grad + P s = -T[s, s] / 2`` scaled by ``|u| / |s|``: ``d_next = 4 (r^T P^-1
+    r) d / s^T P s``."""
+    residual_size, step_size, decrement = change.sizes()
     return 4.0 * residual_size * decrement / step_size
-
-
-def _gradient_change(
-    previous_grad: np.ndarray,
-    previous_step: np.ndarray,
-    grad: np.ndarray,
-    precision: np.ndarray,
-    factor: tuple[np.ndarray, bool],
-) -> tuple[float, float, float]:
-    """``r^T P^-1 r``, ``s^T P s`` and ``grad^T P^-1 grad`` (``r = grad - previous_grad + P
-    s``); where the step has no positive size, r^T P^-1 r is infinite (no forecast)."""
-    residual = grad - previous_grad + precision @ previous_step
-    step_size = float(previous_step @ precision @ previous_step)
-    decrement = float(grad @ scipy.linalg.cho_solve(factor, grad))
-    residual_size = float(residual @ scipy.linalg.cho_solve(factor, residual))
-    if not step_size > 0.0:
-        return math.inf, 1.0, decrement
-    return residual_size, step_size, decrement

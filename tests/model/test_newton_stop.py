@@ -6,6 +6,7 @@ import numpy as np
 import scipy.linalg
 
 from pymc_bigdata.model.newton_stop import (
+    GradientChange,
     predicted_after_fixed_step,
     predicted_decrement,
     predicted_from_gradient_change,
@@ -50,13 +51,15 @@ def test_the_forecasts_after_inexact_and_fixed_steps_match_the_next_decrement():
     theta1 = theta0 + step0
     grad1, precision1 = _log_density(theta1, scale)
     factor1 = scipy.linalg.cho_factor(precision1)
-    forecast = predicted_from_gradient_change(grad0, step0, grad1, precision1, factor1)
+    forecast = predicted_from_gradient_change(
+        GradientChange(grad0, step0, grad1, precision1, factor1)
+    )
     step1 = scipy.linalg.cho_solve(factor1, grad1)
     theta2 = theta1 + step1
     reached = _decrement(theta2, scale)
     assert reached / 3 < forecast < 3 * reached, (forecast, reached)
     grad2, _ = _log_density(theta2, scale)
-    forecast = predicted_after_fixed_step(grad1, step1, grad2, precision1, factor1)
+    forecast = predicted_after_fixed_step(GradientChange(grad1, step1, grad2, precision1, factor1))
     theta3 = theta2 + scipy.linalg.cho_solve(factor1, grad2)
     reached_fixed = _decrement(theta3, scale)
     assert reached_fixed / 3 < forecast < 3 * reached_fixed, (forecast, reached_fixed)
