@@ -131,8 +131,8 @@ MUTATIONS = [
     Mutation(
         "ewsg-paper-weights-sign-flipped",
         "kernels/ewsg.py",
-        "return 0.5 * np.sum(gap * gap, axis=-1) / update.noise_var",
-        "return -0.5 * np.sum(gap * gap, axis=-1) / update.noise_var",
+        "return 0.5 * np.vecdot(gap, gap) / update.noise_var",
+        "return -0.5 * np.vecdot(gap, gap) / update.noise_var",
         (f"{EWSG}::test_index_chain_follows_eq4_law",),
     ),
     Mutation(
@@ -148,6 +148,13 @@ MUTATIONS = [
         "take = np.log(rng.uniform(size=np.shape(log_w))) < log_w_new - log_w",
         "take = np.log(rng.uniform(size=np.shape(log_w))) < log_w - log_w_new",
         (f"{EWSG}::test_index_chain_follows_eq4_law",),
+    ),
+    Mutation(
+        "ewsg-one-chain-acceptance-flipped",
+        "kernels/ewsg.py",
+        "if log_u < log_w_new - log_w:",
+        "if log_u < log_w - log_w_new:",
+        (f"{EWSG}::test_one_chain_decides_as_the_batched_chain",),
     ),
     Mutation(
         "sbps-eq17-beta-on-the-new-gradient",
