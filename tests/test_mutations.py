@@ -198,6 +198,13 @@ MUTATIONS = [
         "    return signs / signs.size",
         ("tests/test_signs.py::test_sign_weights_are_the_signs_over_their_sum",),
     ),
+    Mutation(
+        "lazy-permutation-keeps-a-later-occurrence",
+        "index_samplers.py",
+        "        np.minimum.at(self._slot, candidates, positions)",
+        "        self._slot[candidates] = positions",
+        ("tests/test_rows.py::test_lazy_permutation_keeps_first_occurrences_in_order",),
+    ),
 ]
 
 #: runs pytest in the subprocess, then checks that the package and the modules the tests

@@ -240,6 +240,24 @@ def test_lazy_permutation_prefixes_are_uniform():
         assert stats.chisquare(observed).pvalue > 1e-3
 
 
+@pytest.mark.parametrize("n_candidates", [700, 70_000])
+def test_lazy_permutation_keeps_first_occurrences_in_order(n_candidates):
+    """The rows drawn with replacement are kept at their first occurrence, in drawing order
+    (what makes each kept row uniform over the rows not yet out), by the slots' minimum
+    position, or by sorting where positions outgrow the slots; the slots are free after."""
+    n_rows = 2_000
+    perm = LazyPermutation(n_rows, np.random.default_rng(0))
+    candidates = np.random.default_rng(3).integers(0, n_rows, size=n_candidates)
+    seen: set[int] = set()
+    expected = [c for c in candidates.tolist() if not (c in seen or seen.add(c))]
+    kept = perm._first_occurrences(candidates)
+    assert kept.tolist() == expected
+    assert np.all(perm._slot == np.iinfo(np.uint16).max)
+    perm.start()
+    rows = perm.next(n_rows // 2)  # the with-replacement path to its limit
+    assert len(np.unique(rows)) == n_rows // 2
+
+
 def test_lazy_permutation_same_seed_same_rows():
     a = LazyPermutation(10_000, np.random.default_rng(5))
     b = LazyPermutation(10_000, np.random.default_rng(5))

@@ -290,8 +290,10 @@ class AusterityMH(SubsamplingStep):
     def _known(self, z: np.ndarray) -> tuple[float, np.ndarray | None]:
         """The log target's terms that need no rows at ``z`` (log prior, plus the control
         variates' full-data sum), and the ``"langevin"`` drift (their gradient in z)."""
-        for point, value, drift in self._known_cache:  # the current point and the proposal
-            if np.array_equal(point, z):
+        for i, (point, value, drift) in enumerate(self._known_cache):
+            if point is z or np.array_equal(point, z):
+                if i == 0:  # most recently read last: the current point outlives a proposal
+                    self._known_cache.reverse()
                 return value, drift
         theta = self.precond.theta(z)
         try:
@@ -305,6 +307,8 @@ class AusterityMH(SubsamplingStep):
             if self.test == "residuals":
                 value += cv_value
         drift = self.precond.grad_z(grad) if self.proposal == "langevin" else None
+        # two entries, the least recently read first: a decision reads the current point and
+        # its proposal, and the next decision starts from one of them
         self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
         return value, drift
 
