@@ -313,11 +313,14 @@ def test_data_smaller_than_a_subsample_say_the_chain_is_full_data_hmc():
         pm.Normal("y", mu, 1.0, observed=y)
     step = pmbd.HMCECS(model=model)
     with model, pytest.warns(pmbd.FullDataWarning, match=r"no more than its smallest.*NUTS"):
-        pm.sample(
-            step=step, tune=40, draws=5, chains=1, random_seed=2, progressbar=False,
-            compute_convergence_checks=False,
+        idata = pm.sample(
+            step=step, tune=40, draws=1, chains=1, random_seed=2, progressbar=False,
+            compute_convergence_checks=False, keep_warning_stat=True,
         )  # fmt: skip
     assert step.exact
+    # one kept draw, the first and the last: the chain's end (no bias warning) keeps the stat
+    (notice,) = idata.sample_stats["warning"].values[0, :, 0]
+    assert "no more than its smallest" in notice.message
 
 
 def test_truncated_trajectories_are_a_stat_and_a_warning(logistic):
