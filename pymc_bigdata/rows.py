@@ -456,7 +456,12 @@ def _add(total: Any, part: Any) -> Any:
 
 
 def _cast(rows: list[np.ndarray], dtypes: Sequence[np.dtype]) -> list[np.ndarray]:
-    return [np.require(r, dtype=d, requirements=["C", "A"]) for r, d in zip(rows, dtypes)]
+    return [
+        r
+        if r.dtype == d and r.flags.c_contiguous and r.flags.aligned  # a gather's, as a rule
+        else np.require(r, dtype=d, requirements=["C", "A"])
+        for r, d in zip(rows, dtypes)
+    ]
 
 
 def _reduce_block(

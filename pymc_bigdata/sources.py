@@ -106,7 +106,7 @@ class ArrayColumn(Column):
 
     def take(self, row_indices: np.ndarray) -> np.ndarray:
         # np.take along axis 0 is 2-4x faster than fancy indexing on random rows
-        return np.take(self.array, row_indices, axis=0)
+        return self.array.take(row_indices, axis=0)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return self.array[start:stop]

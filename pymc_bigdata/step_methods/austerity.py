@@ -328,8 +328,8 @@ class AusterityMH(SubsamplingStep):
                 d = terms.differences(theta_new, theta, rows, anchor, order)
             except ParameterValueError as exc:
                 raise _NonFinite from exc
-            if not np.all(np.isfinite(d)):
-                raise _NonFinite
+            if not (math.isfinite(float(d.sum())) or np.all(np.isfinite(d))):
+                raise _NonFinite  # (a finite sum: every row finite, the usual case)
             return d
 
         return next_differences

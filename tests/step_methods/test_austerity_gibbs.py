@@ -211,6 +211,27 @@ def test_stationary_law_matches_enumeration(binary_model, epsilon, band):
         assert stats["decision_fraction"].values.mean() < 1.0
 
 
+def test_a_row_that_rules_out_a_value_decides_the_update():
+    """Rows whose log-likelihood difference is infinite (here 5 rows of 5,000 above 1, which
+    ``Uniform(0, 1 + g)`` allows only at g = 1) decide the update when the test meets one:
+    every draw is 1, reading about N / 6 rows (the first of 5 such rows in a random order).
+    Fails when infinite differences enter the test's moments (a NaN t statistic: every row
+    read) or when a finite-sum shortcut skips the check."""
+    y = np.random.default_rng(0).uniform(0.0, 1.0, size=5_000)
+    y[::1_000] += 1.0
+    with pm.Model() as model:
+        g = pm.Bernoulli("g", 0.5)
+        pm.Uniform("y", 0.0, 1.0 + g, observed=y)
+        step = pmbd.AusterityGibbs(batch_size=50)
+        idata = pm.sample(
+            step=step, tune=0, draws=200, chains=1, random_seed=1, progressbar=False,
+            compute_convergence_checks=False, initvals={"g": 0},
+        )  # fmt: skip
+    assert np.all(idata.posterior["g"].values == 1)
+    rows = float(idata.sample_stats["test_rows"].mean())
+    assert 500 < rows < 1_300  # N / 6 = 833: the first decisive row ends the test
+
+
 def test_seed_fixes_every_draw(binary_model):
     model, layer, _, _ = binary_model
     draws = []
