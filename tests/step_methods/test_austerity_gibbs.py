@@ -219,7 +219,7 @@ def test_a_row_that_rules_out_a_value_decides_the_update():
     read) or when a finite-sum shortcut skips the check."""
     y = np.random.default_rng(0).uniform(0.0, 1.0, size=5_000)
     y[::1_000] += 1.0
-    with pm.Model() as model:
+    with pm.Model():
         g = pm.Bernoulli("g", 0.5)
         pm.Uniform("y", 0.0, 1.0 + g, observed=y)
         step = pmbd.AusterityGibbs(batch_size=50)
