@@ -292,7 +292,7 @@ class AusterityMH(SubsamplingStep):
         variates' full-data sum), and the ``"langevin"`` drift (their gradient in z)."""
         for i, (point, value, drift) in enumerate(self._known_cache):
             if point is z or np.array_equal(point, z):
-                if i == 0:  # most recently read last: the current point outlives a proposal
+                if i == 0:  # the least recently read first: the next decision's start stays
                     self._known_cache.reverse()
                 return value, drift
         theta = self.precond.theta(z)
@@ -307,8 +307,6 @@ class AusterityMH(SubsamplingStep):
             if self.test == "residuals":
                 value += cv_value
         drift = self.precond.grad_z(grad) if self.proposal == "langevin" else None
-        # two entries, the least recently read first: a decision reads the current point and
-        # its proposal, and the next decision starts from one of them
         self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
         return value, drift
 

@@ -382,9 +382,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self._last_theta, self._last_z = theta, z
         self._last_output = output
         if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:
-            ending = self._report.end_of_chain()  # after the chain's last draw
-            if ending is not None:  # else the draw's own notice (e.g. at draws=1) stays
-                stats["warning"] = ending
+            stats["warning"] = self._report.end_of_chain() or stats["warning"]  # draws=1
         return RaveledVars(output, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------------ divergences
