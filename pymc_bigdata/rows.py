@@ -30,6 +30,7 @@ from pymc_bigdata.index_samplers import (
     RowIndexSampler,
     check_batch_size,
 )
+from pymc_bigdata.memory import populated_empty
 from pymc_bigdata.row_windows import RowWindow, ShuffledRows, WindowIndexSampler
 from pymc_bigdata.sources import ArrayColumn, DaskColumn, as_column
 
@@ -283,7 +284,7 @@ class RowSource:
         from memory, or out of memory in one full-data pass (each block read in turn, its
         rows placed where ``order`` puts them)."""
         out = [
-            np.empty((len(order), *shape), dtype=dtype)
+            populated_empty((len(order), *shape), dtype)
             for shape, dtype in zip(self.trailing_shapes, self._out_dtypes)
         ]
         if self.in_memory:
