@@ -4,13 +4,12 @@ NumPy backs a large ``np.empty`` with memory it advises the kernel to map in 2 M
 (``MADV_HUGEPAGE``), each faulted in at its first write. Where the kernel must first compact
 memory to find a free huge page (Linux's default ``defrag=madvise``, on a machine whose memory
 the page cache has filled) those first writes stall: the window gathers' copy of 10⁶ × 30
-float64 rows (240 MB) took 0.63–0.77 s to write into fresh ``np.empty`` memory on the
-project's machine, and 0.07 s into memory already faulted in. :func:`populated_empty` asks
-for anonymous memory with every 4 KiB page mapped at once (``MAP_POPULATE``): 0.08–0.11 s to
-map and 0.14 s to write the same copy (``benchmarks/results/window_copy_memory.md``).
-Reading windows of it afterwards costs a little more (4 KiB pages: ~4 µs more per
-1,000-row window there), far less than the first writes save for a copy read a few thousand
-times. Where the platform has no ``MAP_POPULATE`` (macOS, Windows) it is ``np.empty``.
+float64 rows (240 MB) took 0.86 s (median of five fresh processes) to write into fresh
+``np.empty`` memory on the project's machine. :func:`populated_empty` asks for anonymous
+memory with every 4 KiB page mapped at once (``MAP_POPULATE``): 0.32 s to map and write the
+same copy, and reading windows of it afterwards no slower beyond the runs' spread
+(``benchmarks/results/window_copy_memory.md``). Where the platform has no ``MAP_POPULATE``
+(macOS, Windows) it is ``np.empty``.
 """
 
 from __future__ import annotations
