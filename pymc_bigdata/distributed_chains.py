@@ -32,6 +32,7 @@ from pymc_bigdata.distributed_protocol import ChainFailedError, chain_key, event
 from pymc_bigdata.distributed_store import ChainStore, run_fingerprint
 from pymc_bigdata.distributed_watch import LOST, LostChainWatch
 from pymc_bigdata.distributed_worker import chain_task
+from pymc_bigdata.shared_rows import rows_travel_with_pickles
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -120,7 +121,10 @@ def run_chains(
             # the chain function's inputs, taken before anything runs: the step in its
             # initial state (what _sample_many restores before each chain) and an empty
             # trace to record into
-            payload = cloudpickle.dumps((step, _empty_trace(traces[0])), protocol=-1)
+            # (with the rows: workers may be on other machines, beyond this one's shared
+            # memory)
+            with rows_travel_with_pickles():
+                payload = cloudpickle.dumps((step, _empty_trace(traces[0])), protocol=-1)
             tasks = ChainTasks(
                 run,
                 payload,

@@ -26,17 +26,23 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pymc_bigdata.shared_rows import attach_rows, share_rows, travelling
+
 __all__ = ["ArrayColumn", "Column", "DaskColumn", "MemmapColumn", "ZarrColumn", "as_column"]
 
 #: rows per block of an in-memory or memmap column when it has no chunking of its own
 #: (about 1 MiB of one row's bytes)
 BLOCK_BYTES = 2**20
+
+#: one column's rows shared once, whichever thread pickles it first
+_SHARE_LOCK = threading.Lock()
 
 #: decoded blocks a chunked column keeps by default (a block gather raises it to hold its
 #: active blocks)
@@ -93,7 +99,8 @@ def _default_block_rows(dtype: np.dtype, trailing_shape: tuple[int, ...]) -> int
 
 
 class ArrayColumn(Column):
-    """An in-memory numpy array (kept C-contiguous)."""
+    """An in-memory numpy array (kept C-contiguous). Pickled as the name of a shared-memory
+    segment holding its rows where they are large (:mod:`pymc_bigdata.shared_rows`)."""
 
     def __init__(self, array: np.ndarray, name: str, block_rows: int | None = None):
         self.array = np.ascontiguousarray(array)
@@ -103,6 +110,27 @@ class ArrayColumn(Column):
         self.trailing_shape = tuple(self.array.shape[1:])
         rows = block_rows or _default_block_rows(self.dtype, self.trailing_shape)
         self.block_bounds = self._uniform_bounds(rows)
+        #: the shared-memory segment its pickles name (made at the first pickling)
+        self.shared_name: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if travelling():
+            state["shared_name"] = None
+            return state
+        with _SHARE_LOCK:
+            if self.shared_name is None:
+                self.shared_name = share_rows(self, self.array)
+        if self.shared_name is not None:
+            state["array"] = None
+            state["shared_name"] = self.shared_name
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.array is None:
+            shape = (self.n_rows, *self.trailing_shape)
+            self.array = attach_rows(self.shared_name, shape, self.dtype, f"data {self.name!r}")
 
     def take(self, row_indices: np.ndarray) -> np.ndarray:
         # np.take along axis 0 is 2-4x faster than fancy indexing on random rows
