@@ -205,6 +205,20 @@ MUTATIONS = [
         "        self._slot[candidates] = positions",
         ("tests/test_rows.py::test_lazy_permutation_keeps_first_occurrences_in_order",),
     ),
+    Mutation(
+        "populated-memory-faulted-in-lazily",
+        "memory.py",
+        "    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate",
+        "    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS",
+        ("tests/test_memory.py::test_a_large_array_is_resident_before_its_first_write",),
+    ),
+    Mutation(
+        "shared-rows-never-unlinked",
+        "shared_rows.py",
+        "    weakref.finalize(owner, segment.unlink)",
+        "    weakref.finalize(owner, segment.close)",
+        ("tests/test_shared_rows.py::test_a_pickled_column_names_its_shared_rows",),
+    ),
 ]
 
 #: runs pytest in the subprocess, then checks that the package and the modules the tests
