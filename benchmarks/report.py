@@ -289,3 +289,11 @@ def write_outputs(config: Config, sections: list[Section], revision: str) -> str
     }
     output_path(config, ".json").write_text(json.dumps(payload, indent=1))
     return markdown
+
+
+def write_results(stem: str, lines: list[str], runs: list[dict]) -> None:
+    """Write ``lines`` to ``results/<stem>.md`` and ``runs`` to ``results/<stem>.json``, and
+    print the lines (a one-table benchmark's outputs)."""
+    (RESULTS_DIR / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS_DIR / f"{stem}.json").write_text(json.dumps(runs, indent=1) + "\n")
+    print("\n".join(lines))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 import warnings
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from protocol import make_data  # noqa: E402
-from report import git_revision  # noqa: E402
+from report import git_revision, write_results  # noqa: E402
 
 MODES = ("rows in the pickle", "shared rows")
 
@@ -109,10 +108,7 @@ def write(runs: list[dict]) -> None:
             f"| {i} | {r['mode']} | {r['pickle_mb']:.1f} | {r['pickle_s']:.2f} | "
             f"{r['call_s']:.2f} | {r['sampling_s']:.2f} |"
         )
-    results = ROOT / "results"
-    (results / "shared_rows.md").write_text("\n".join(lines) + "\n")
-    (results / "shared_rows.json").write_text(json.dumps(runs, indent=1) + "\n")
-    print("\n".join(lines))
+    write_results("shared_rows", lines, runs)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from report import git_revision  # noqa: E402
+from report import git_revision, write_results  # noqa: E402
 
 ALLOCATIONS = ("np.empty", "populated_empty")
 N_ROWS, DIM, WINDOWS, WINDOW_ROWS = 1_000_000, 30, 16_000, 1_000
@@ -97,10 +97,7 @@ def write(runs: list[dict]) -> None:
             f"| {allocation} | {len(mine)} | {np.median(copy):.3f}; {min(copy):.3f}–"
             f"{max(copy):.3f} | {np.median(read):.3f}; {min(read):.3f}–{max(read):.3f} |"
         )
-    results = ROOT / "results"
-    (results / "window_copy_memory.md").write_text("\n".join(lines) + "\n")
-    (results / "window_copy_memory.json").write_text(json.dumps(runs, indent=1) + "\n")
-    print("\n".join(lines))
+    write_results("window_copy_memory", lines, runs)
 
 
 if __name__ == "__main__":
