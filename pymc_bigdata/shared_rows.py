@@ -73,9 +73,9 @@ def travelling() -> bool:
 def share_rows(owner: object, array: np.ndarray) -> str | None:
     """The name of a new shared-memory segment holding ``array``'s bytes, unlinked when
     ``owner`` is freed; None where the rows should travel in the pickle (smaller than
-    :data:`SHARE_MIN_BYTES`, no ``/dev/shm`` or no room in it)."""
+    :data:`SHARE_MIN_BYTES`, Python objects, no ``/dev/shm`` or no room in it)."""
     nbytes = int(array.nbytes)
-    if nbytes < SHARE_MIN_BYTES or not _has_room(nbytes):
+    if nbytes < SHARE_MIN_BYTES or array.dtype.hasobject or not _has_room(nbytes):
         return None
     segment = shared_memory.SharedMemory(create=True, size=nbytes)
     try:
