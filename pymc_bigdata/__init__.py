@@ -8,6 +8,7 @@ from pymc_bigdata.errors import (
     FullDataWarning,
     ModelNotSupportedError,
     ModeWarning,
+    SharedRowsGone,
     StaleDataError,
 )
 from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise_log_likelihood
@@ -15,6 +16,7 @@ from pymc_bigdata.model import MapResult, MinibatchModel
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
 from pymc_bigdata.score_check import ScoreCheck, score_check
+from pymc_bigdata.shared_rows import rows_travel_with_pickles
 from pymc_bigdata.signs import sign_corrected_summary, sign_weights
 from pymc_bigdata.step_methods import (
     EWSG,
@@ -47,6 +49,7 @@ __all__ = [
     "DivergenceWarning",
     "FullDataWarning",
     "ModeWarning",
+    "SharedRowsGone",
     "StaleDataError",
     "MapResult",
     "MinibatchModel",
@@ -60,6 +63,7 @@ __all__ = [
     "prefer",
     "register",
     "read_store",
+    "rows_travel_with_pickles",
     "sample_dask",
     "score_check",
     "sign_corrected_summary",

@@ -6,6 +6,7 @@ __all__ = [
     "FullDataWarning",
     "ModeWarning",
     "ModelNotSupportedError",
+    "SharedRowsGone",
     "StaleDataError",
 ]
 
@@ -33,3 +34,8 @@ class FullDataWarning(RuntimeWarning):
 
 class StaleDataError(ValueError):
     """The model's data changed after the step (or its layer) read it."""
+
+
+class SharedRowsGone(RuntimeError):
+    """An unpickled step's in-memory rows were shared by a process of another machine, or
+    by one that no longer holds them (:func:`pymc_bigdata.rows_travel_with_pickles`)."""

@@ -31,10 +31,11 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from pymc_bigdata.errors import SharedRowsGone
+
 __all__ = [
     "SHARE_MIN_BYTES",
     "SHM_DIR",
-    "SharedRowsGone",
     "attach_rows",
     "rows_travel_with_pickles",
     "share_rows",
@@ -50,13 +51,21 @@ SHM_DIR = "/dev/shm"
 _travel = threading.local()
 
 
-class SharedRowsGone(RuntimeError):
-    """An unpickled column's shared rows no longer exist on this machine."""
-
-
 @contextlib.contextmanager
 def rows_travel_with_pickles() -> Iterator[None]:
-    """Within this block (this thread), pickled columns carry their rows themselves."""
+    """Within this block (this thread), pickled in-memory rows travel in the pickle.
+
+    Outside it a step's in-memory rows of 16 MiB or more are pickled as the name of a
+    shared-memory segment of this machine that lives as long as the step's rows: right for
+    ``pm.sample``'s worker processes, wrong for a pickle read on another machine or later.
+
+    Examples
+    --------
+    >>> import cloudpickle
+    >>> import pymc_bigdata as pmbd
+    >>> with pmbd.rows_travel_with_pickles():  # doctest: +SKIP
+    ...     payload = cloudpickle.dumps(step)
+    """
     before = getattr(_travel, "on", False)
     _travel.on = True
     try:
@@ -106,7 +115,7 @@ def attach_rows(name: str, shape: tuple[int, ...], dtype: np.dtype, what: str) -
             f"pickled them ({name}), and it no longer exists here: it lives on that machine, "
             "as long as that process keeps the data. To pickle a step or model with its rows "
             "(for another machine, or to read later), pickle it inside "
-            "pymc_bigdata.shared_rows.rows_travel_with_pickles()."
+            "pmbd.rows_travel_with_pickles()."
         ) from None
     try:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

@@ -13,8 +13,7 @@ import pytest
 from conftest import logistic_data, logistic_model
 
 import pymc_bigdata as pmbd
-from pymc_bigdata import shared_rows
-from pymc_bigdata.shared_rows import SharedRowsGone, rows_travel_with_pickles
+from pymc_bigdata import SharedRowsGone, rows_travel_with_pickles, shared_rows
 from pymc_bigdata.sources import ArrayColumn
 
 pytestmark = pytest.mark.skipif(
