@@ -30,7 +30,13 @@ import numpy as np
 
 from pymc_bigdata.index_samplers import check_batch_size
 
-__all__ = ["WINDOW_ORDER_SEED", "RowWindow", "ShuffledRows", "WindowIndexSampler"]
+__all__ = [
+    "WINDOW_ORDER_SEED",
+    "RowWindow",
+    "ShuffledRows",
+    "WindowIndexSampler",
+    "WindowPermutation",
+]
 
 #: the seed of the copy's fixed random row order
 WINDOW_ORDER_SEED = 20261128
@@ -200,3 +206,54 @@ class WindowIndexSampler:
         windows = self.rng.permutation(self.n_rows // n)
         self._starts = (offset + windows * n) % self.n_rows
         self._position = 0
+
+
+class WindowPermutation:
+    """A sequential test's rows as one window of a :class:`ShuffledRows`, read as far as
+    the test reads: the drop-in for :class:`~pymc_bigdata.index_samplers.LazyPermutation`
+    where the rows are read through window gathers.
+
+    Each decision starts at a uniform random position of the copy and reads its rows in
+    order from there, wrapping around the end, never more than the copy holds: within a
+    decision the rows are distinct (without replacement), and over the copy's random order
+    the first ``k`` of them are a simple random sample, as a permutation's first ``k``
+    are. Given the order, the mean of ``k`` consecutive rows from a uniform start is still
+    unbiased (every row is in exactly ``k`` of the ``N`` windows of ``k``); its spread is a
+    simple random sample's to within about ``sqrt(k/N)`` (the module docstring), which is why
+    a default window gather needs ``N/n >= WINDOW_MIN_BATCHES``. No indices are drawn and no
+    rows gathered: each read is a view of the copy.
+
+    Parameters
+    ----------
+    shuffled
+        The copy whose windows are read.
+    rng
+        The owning sampler's generator.
+    """
+
+    def __init__(self, shuffled: ShuffledRows, rng: np.random.Generator):
+        self.shuffled = shuffled
+        self.n_rows = shuffled.n_rows
+        self.rng = rng
+        self._start = 0
+        self._count = 0
+
+    def start(self, rng: np.random.Generator | None = None) -> None:
+        """Begin the next decision's rows at a uniform random position (optionally with a
+        new generator)."""
+        if rng is not None:
+            self.rng = rng
+        self._start = int(self.rng.integers(self.n_rows))
+        self._count = 0
+
+    @property
+    def drawn(self) -> int:
+        """How many rows of the current decision are out."""
+        return self._count
+
+    def next(self, k: int) -> RowWindow:
+        """The next ``min(k, rows left)`` rows of the decision's window."""
+        k = max(min(int(k), self.n_rows - self._count), 0)
+        window = RowWindow(self.shuffled, (self._start + self._count) % self.n_rows, k)
+        self._count += k
+        return window

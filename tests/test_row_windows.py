@@ -10,7 +10,7 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmbd
-from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
+from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler, WindowPermutation
 from pymc_bigdata.rows import RowSource, available_memory
 
 
@@ -48,6 +48,40 @@ def test_every_row_is_in_a_window_with_probability_n_over_n(reshuffle):
     counts = inclusion_counts(sampler, 50, draws)
     p = 7 / 50
     assert np.all(np.abs(counts - draws * p) <= 4.5 * np.sqrt(draws * p * (1 - p)))
+
+
+def test_a_window_permutation_reads_each_row_first_with_probability_k_over_n():
+    """A sequential test's first 7 rows of 50 (two reads, 4 then 3) hold each row with
+    probability 7/50 over 20,000 decisions, within 4.5 binomial sds (watched failing: every
+    decision started at the copy's first row, and starts in [0, N - 7] that never wrap)."""
+    shuffled = window_source(50).shuffled_rows()
+    permutation = WindowPermutation(shuffled, np.random.default_rng(3))
+    counts, draws = np.zeros(50), 20_000
+    for _ in range(draws):
+        permutation.start()
+        rows = np.concatenate([permutation.next(4).indices, permutation.next(3).indices])
+        np.add.at(counts, rows, 1)
+    p = 7 / 50
+    assert np.all(np.abs(counts - draws * p) <= 4.5 * np.sqrt(draws * p * (1 - p)))
+
+
+def test_a_window_permutation_reads_distinct_rows_up_to_the_pool():
+    """Within one decision the rows are distinct, consecutive in the copy (wrapping), at
+    most the pool's; a new decision starts afresh (watched failing: reads past the pool)."""
+    source = window_source(50)
+    shuffled = source.shuffled_rows(exclude=np.array([3, 17]))
+    permutation = WindowPermutation(shuffled, np.random.default_rng(4))
+    for _ in range(20):
+        permutation.start()
+        windows = [permutation.next(k) for k in (20, 20, 20, 5)]
+        assert [len(w) for w in windows] == [20, 20, 8, 0] and permutation.drawn == 48
+        rows = np.concatenate([w.indices for w in windows])
+        assert sorted(rows) == sorted(set(range(50)) - {3, 17})
+        x, y = (np.concatenate(parts) for parts in zip(*(source.take(w) for w in windows)))
+        np.testing.assert_array_equal(y, rows)
+        np.testing.assert_array_equal(x[:, 0], rows)
+        first = int(np.flatnonzero(shuffled.order == rows[0])[0])
+        np.testing.assert_array_equal(rows, shuffled.order[(first + np.arange(48)) % 48])
 
 
 def test_a_reshuffled_pass_reads_disjoint_windows_from_a_random_offset():

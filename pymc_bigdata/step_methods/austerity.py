@@ -3,7 +3,10 @@
 The test and the proposals are in :mod:`pymc_bigdata.kernels.austerity`; the per-row
 differences (plain, or residuals against the Taylor control variates) in
 :mod:`pymc_bigdata.model.difference_terms`. This adapter draws the rows of each decision lazily
-from a fresh random permutation (:class:`~pymc_bigdata.rows.LazyPermutation`), supplies the
+from a fresh random permutation (:class:`~pymc_bigdata.rows.LazyPermutation`), or, where the
+row source reads window gathers, as one window of its shuffled copy from a random start
+(:class:`~pymc_bigdata.row_windows.WindowPermutation`: no indices drawn, no rows gathered;
+``window_gathers=False`` and ``PAPER_SETTINGS`` keep the permutation), supplies the
 terms of the log target ratio that need no rows, and tunes the proposal scale (dual
 averaging to a target acceptance, restarted whenever the base's preconditioner changes) on
 the base's schedule: the preconditioner and the anchor from the tuning windows' draws.
@@ -31,6 +34,7 @@ from pymc_bigdata.kernels.austerity import (
 )
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.difference_terms import control_variate_sum
+from pymc_bigdata.row_windows import RowWindow, WindowPermutation
 from pymc_bigdata.rows import LazyPermutation
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
@@ -230,10 +234,16 @@ class AusterityMH(SubsamplingStep):
     # ------------------------------------------------------------------ set-up and defaults
     def _prepare(self) -> None:
         """The rows the test samples: all but the census stratum, whose differences enter
-        every decision exactly."""
+        every decision exactly; read as windows of the row source's shuffled copy where its
+        minibatches are (``window_gathers``), else from a lazy uniform permutation."""
         n_rows, n_census = self.layer.n_rows, len(self.census)
         self._pool = np.setdiff1d(np.arange(n_rows), self.census) if n_census else None
-        self._permutation = LazyPermutation(n_rows - n_census, self.rng)
+        self._permutation: LazyPermutation | WindowPermutation
+        if self.minibatches.windows:
+            shuffled = self.layer.rows.shuffled_rows(self.census)
+            self._permutation = WindowPermutation(shuffled, self.rng)
+        else:
+            self._permutation = LazyPermutation(n_rows - n_census, self.rng)
 
     def _check_layer_settings(self) -> None:
         """The proposal's default, and its check against the layer (before the MAP search)."""
@@ -311,7 +321,10 @@ class AusterityMH(SubsamplingStep):
         return value, drift
 
     def _row_differences(
-        self, theta_new: np.ndarray, theta: np.ndarray, permutation: LazyPermutation
+        self,
+        theta_new: np.ndarray,
+        theta: np.ndarray,
+        permutation: LazyPermutation | WindowPermutation,
     ):
         """``next_differences`` of a test: the next rows of ``permutation`` (started by the
         caller), their residual (or plain) differences between ``theta`` and ``theta_new``."""
@@ -320,7 +333,9 @@ class AusterityMH(SubsamplingStep):
 
         def next_differences(k: int) -> np.ndarray:
             drawn = permutation.next(k)
-            rows = self.layer.take_rows(drawn if self._pool is None else self._pool[drawn])
+            if not isinstance(drawn, RowWindow) and self._pool is not None:
+                drawn = self._pool[drawn]  # positions in the pool -> the source's rows
+            rows = self.layer.take_rows(drawn)
             self._rows_read += k
             try:
                 d = terms.differences(theta_new, theta, rows, anchor, order)

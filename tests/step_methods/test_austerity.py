@@ -28,6 +28,7 @@ import pymc_bigdata.step_methods.austerity as austerity_module
 from pymc_bigdata.datasets import conjugate_regression, sbps_paper_logistic
 from pymc_bigdata.kernels.austerity import Proposal, mh_decision
 from pymc_bigdata.model.difference_terms import control_variate_sum
+from pymc_bigdata.row_windows import WindowPermutation
 from pymc_bigdata.rows import LazyPermutation
 
 
@@ -155,6 +156,27 @@ def test_epsilon_zero_is_exact_with_a_census_stratum(monkeypatch):
             compute_convergence_checks=False,
         )  # fmt: skip
     _check_exact_decisions(records, model, step.layer, step.layer.n_rows - len(step.census))
+
+
+def test_epsilon_zero_is_exact_reading_windows_with_a_census_stratum(monkeypatch):
+    """Where the row source reads window gathers, a decision reads one window of its
+    shuffled copy of the pool (every row but the census) from a random start: at epsilon = 0
+    every decision still reads each pool row once and equals exact MH's. Caught when broken
+    (watched): a copy that keeps the census rows (read twice: decisions differ); with
+    ``window_gathers=False`` the test reads the lazy permutation."""
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)  # 1,000 rows of 100
+    model = sbps_paper_logistic()
+    records = _record_decisions(monkeypatch)
+    step = pmbd.AusterityMH(model=model, epsilon=0.0, batch_size=100)
+    assert len(step.census) > 0 and isinstance(step._permutation, WindowPermutation)
+    with model:
+        pm.sample(
+            step=step, tune=30, draws=20, chains=1, random_seed=4, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    _check_exact_decisions(records, model, step.layer, step.layer.n_rows - len(step.census))
+    paper_rows = pmbd.AusterityMH(model=model, layer=step.layer, window_gathers=False)
+    assert isinstance(paper_rows._permutation, LazyPermutation)
 
 
 @pytest.fixture(scope="module")

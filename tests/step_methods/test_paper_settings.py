@@ -14,6 +14,7 @@ import pymc as pm
 import pytest
 
 import pymc_bigdata as pmbd
+from pymc_bigdata.row_windows import WindowPermutation
 
 #: SBPS's own choices in the paper (Sec. 4 and 7.1): k = 3 not tuned, no refreshment,
 #: Eq. 12's band, no checks, the paper's slope-prior update
@@ -98,7 +99,9 @@ def _extensions(step) -> dict[str, bool]:
         "preconditioner": step.precond.kind != "identity",
         "census rows": len(step.census) > 0,
         "reshuffled minibatches": bool(step.reshuffle),
-        "window gathers": step.minibatches.windows,
+        # AusterityMH's test reads its rows through a permutation of its own
+        "window gathers": step.minibatches.windows
+        or isinstance(getattr(step, "_permutation", None), WindowPermutation),
         "re-centred coordinates": recentred,
         "re-estimated preconditioner and anchor": bool(step.adapt_geometry),
     }
