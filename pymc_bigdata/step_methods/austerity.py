@@ -134,7 +134,10 @@ class AusterityMH(SubsamplingStep):
         draws. Default 50; ``None`` switches the audit off.
     **kwargs
         The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
-        ``preconditioner``, ``adapt``, ``layer``, ``rng``...
+        ``preconditioner``, ``adapt``, ``layer``, ``rng``, ``window_gathers`` (default True:
+        where the row source reads window gathers, each decision reads one window of its
+        shuffled copy, :class:`~pymc_bigdata.row_windows.WindowPermutation`; False: a
+        uniform permutation, the paper's)...
     """
 
     name = "austerity_mh"
