@@ -248,9 +248,9 @@ class RowSource:
         ``windows=False`` draws uniform rows where the gather is ``"windows"``, and so do
         rows of fewer than :data:`WINDOW_MIN_BATCHES` minibatches unless an array asked for
         windows."""
-        enough = self._windows_asked or self.n_rows >= WINDOW_MIN_BATCHES * batch_size
-        if self.gather == "windows" and windows and not replace and enough:
-            return WindowIndexSampler(self.shuffled_rows(exclude), batch_size, rng, reshuffle)
+        shuffled = self.window_copy(batch_size, exclude) if windows and not replace else None
+        if shuffled is not None:
+            return WindowIndexSampler(shuffled, batch_size, rng, reshuffle)
         if self.gather != "blocks":
             return RowIndexSampler(self.n_rows, batch_size, rng, replace, reshuffle, exclude)
         sampler = BlockIndexSampler(
@@ -263,6 +263,15 @@ class RowSource:
                     (sampler.active_blocks + 1) * _blocks_per_gather_block(column, self),
                 )
         return sampler
+
+    def window_copy(
+        self, batch_size: int, exclude: np.ndarray | None = None
+    ) -> ShuffledRows | None:
+        """The shuffled copy that minibatches of ``batch_size`` rows without replacement read
+        windows of, or None where they read uniform rows: the gather is ``"windows"`` and an
+        array asked for it or the rows hold :data:`WINDOW_MIN_BATCHES` minibatches."""
+        enough = self._windows_asked or self.n_rows >= WINDOW_MIN_BATCHES * batch_size
+        return self.shuffled_rows(exclude) if self.gather == "windows" and enough else None
 
     def shuffled_rows(self, exclude: np.ndarray | None = None) -> ShuffledRows:
         """The window gathers' copy of every row but ``exclude``, one per census (its

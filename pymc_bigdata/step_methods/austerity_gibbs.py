@@ -34,6 +34,7 @@ from pymc.step_methods.compound import Competence
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.kernels.austerity import gibbs_decision
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.row_windows import WindowPermutation
 from pymc_bigdata.rows import LazyPermutation, check_batch_size
 from pymc_bigdata.step_methods.base import step_own_vars
 from pymc_bigdata.step_methods.decision_audit import (
@@ -105,6 +106,11 @@ class AusterityGibbs(ArrayStepShared):
         One kept update in this many is decided again at level ``1e-6`` from rows of its
         own, as AusterityMH's (:mod:`~pymc_bigdata.step_methods.decision_audit`); default 50,
         ``None`` switches it off. It does not change the draws.
+    window_gathers
+        Where the row source reads window gathers (in-memory rows of at least
+        ``WINDOW_MIN_BATCHES`` test minibatches, :mod:`pymc_bigdata.row_windows`), each update
+        reads one window of its shuffled copy from a random start, as AusterityMH's decisions
+        do (default True); False: a lazy uniform permutation, the paper's.
 
     Notes
     -----
@@ -138,8 +144,9 @@ class AusterityGibbs(ArrayStepShared):
     #: Korattikara et al. (2014), Sec. 5 as Sec. 6.3 runs it: a per-look level of 0.05 (their
     #: Gibbs runs sweep 0.01-0.25; 0.05 is also their MH default; ours is 0.001) and
     #: minibatches of 500 terms (``min(500, N)``, the default already). The test reads the
-    #: plain differences either way; nothing else of ours is on.
-    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {"epsilon": 0.05}
+    #: plain differences either way; the rows of each update a uniform permutation's (no
+    #: window gathers); nothing else of ours is on.
+    PAPER_SETTINGS: ClassVar[dict[str, Any]] = {"epsilon": 0.05, "window_gathers": False}
 
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list | None]]] = {
         "flips": (np.int64, []),
@@ -174,6 +181,7 @@ class AusterityGibbs(ArrayStepShared):
         initial_point=None,
         compile_kwargs: dict | None = None,
         audit_every: int | None = AUDIT_EVERY,
+        window_gathers: bool = True,
     ):
         if isinstance(epsilon, bool) or not (
             isinstance(epsilon, int | float) and 0.0 <= epsilon < 1.0
@@ -198,7 +206,14 @@ class AusterityGibbs(ArrayStepShared):
         self.audit_every = audit_every
         layer.check_row_factorisation(gradient_free=True)
         super().__init__(layer.value_vars, {}, blocked=blocked, rng=rng)
-        self._permutation = LazyPermutation(layer.n_rows, self.rng)
+        shuffled = layer.rows.window_copy(self.batch_size) if window_gathers else None
+        #: each update's rows: one window of the row source's shuffled copy where its rows
+        #: are read through window gathers, else a lazy uniform permutation
+        self._permutation: LazyPermutation | WindowPermutation = (
+            LazyPermutation(layer.n_rows, self.rng)
+            if shuffled is None
+            else WindowPermutation(shuffled, self.rng)
+        )
         self.tune = True
         self._chain_length = 0
         self._reset_chain_state()
@@ -328,7 +343,12 @@ class AusterityGibbs(ArrayStepShared):
         self._audit_rows += permutation.drawn
         return True, second != value
 
-    def _row_differences(self, one: np.ndarray, zero: np.ndarray, permutation: LazyPermutation):
+    def _row_differences(
+        self,
+        one: np.ndarray,
+        zero: np.ndarray,
+        permutation: LazyPermutation | WindowPermutation,
+    ):
         """``next_differences`` of a test: ``l_i(x_j = 1) - l_i(x_j = 0)`` on the next rows
         of ``permutation`` (started by the caller)."""
         layer = self.layer
