@@ -19,7 +19,12 @@ probabilities by enumeration (``variable_selection_exact``).
    probability - exact|, ESS of the indicators (bulk, smallest over the covariates whose
    exact probability is in (0.05, 0.95)) per second.
 
-Writes ``benchmarks/results/austerity_gibbs.md`` and ``.json`` (with the commit).
+Writes ``benchmarks/results/austerity_gibbs.md`` and ``.json`` (with the commit), or
+``<STEM>.md|json`` with ``--out STEM``; ``--uniform-rows-too`` adds the compound steps with
+``window_gathers=False`` (uniform rows: the permutation the paper's test reads)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/austerity_gibbs.py --uniform-rows-too \
+        --out austerity_gibbs_windows
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 N_ROWS, SLAB_SD, BATCH = 100_000, 0.02, 500
 EPSILONS = (0.05, 0.01, 0.001, 0.0001, 0.0)
 NO_SAMPLING = "--decisions-only" in sys.argv
+#: ``--out STEM``: the results' file names (default ``austerity_gibbs``)
+OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "austerity_gibbs"
+#: ``--uniform-rows-too``: also the compound steps with ``window_gathers=False`` (each test
+#: reads a uniform permutation's rows instead of a window of the shuffled copy)
+UNIFORM_TOO = "--uniform-rows-too" in sys.argv
 
 
 def decision_table(X, y, exact, n_states: int = 300, seed: int = 5) -> list[dict]:
@@ -116,6 +126,16 @@ def sampling_runs(X, y, exact) -> list[dict]:
             pmbd.AusterityGibbs([model["include"]]),
             pmbd.AusterityMH([model["beta"]]),
         ],
+        **(
+            {
+                "the same, uniform rows (window_gathers=False)": lambda: [
+                    pmbd.AusterityGibbs([model["include"]], window_gathers=False),
+                    pmbd.AusterityMH([model["beta"]], window_gathers=False),
+                ]
+            }
+            if UNIFORM_TOO
+            else {}
+        ),
         "BinaryGibbsMetropolis + NUTS (PyMC, full data)": lambda: [
             pm.BinaryGibbsMetropolis([model["include"]]),
             pm.NUTS([model["beta"]]),
@@ -169,7 +189,7 @@ def main() -> None:
     runs = sampling_runs(X, y, exact) if not NO_SAMPLING else []
     RESULTS.mkdir(exist_ok=True)
     payload = {"commit": commit, "exact": exact.tolist(), "decisions": decisions, "runs": runs}
-    (RESULTS / "austerity_gibbs.json").write_text(json.dumps(payload, indent=1))
+    (RESULTS / f"{OUT}.json").write_text(json.dumps(payload, indent=1))
     lines = [
         f"# Approximate Gibbs on the variable-selection example (commit {commit})",
         "",
@@ -195,7 +215,7 @@ def main() -> None:
         ),
         "",
     ]
-    (RESULTS / "austerity_gibbs.md").write_text("\n".join(lines))
+    (RESULTS / f"{OUT}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
