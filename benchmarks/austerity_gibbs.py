@@ -21,10 +21,14 @@ probabilities by enumeration (``variable_selection_exact``).
 
 Writes ``benchmarks/results/austerity_gibbs.md`` and ``.json`` (with the commit), or
 ``<STEM>.md|json`` with ``--out STEM``; ``--uniform-rows-too`` adds the compound steps with
-``window_gathers=False`` (uniform rows: the permutation the paper's test reads)::
+``window_gathers=False`` (uniform rows: the permutation the paper's test reads), and
+``--windows-table`` the updates' table with windows too (``--decisions-only``: the table
+alone)::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/austerity_gibbs.py --uniform-rows-too \
         --out austerity_gibbs_windows
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/austerity_gibbs.py --decisions-only \
+        --windows-table --out austerity_gibbs_windows_table
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pymc_bigdata.datasets import (
     variable_selection_model,
 )
 from pymc_bigdata.kernels.austerity import gibbs_decision
+from pymc_bigdata.row_windows import ShuffledRows, WindowPermutation
 from pymc_bigdata.rows import LazyPermutation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +63,24 @@ OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "austeri
 #: ``--uniform-rows-too``: also the compound steps with ``window_gathers=False`` (each test
 #: reads a uniform permutation's rows instead of a window of the shuffled copy)
 UNIFORM_TOO = "--uniform-rows-too" in sys.argv
+#: ``--windows-table``: the updates' table also with each test's rows one window of the
+#: shuffled order (the same states, epsilons and ``u`` draws' seed)
+WINDOWS_TABLE = "--windows-table" in sys.argv
 
 
-def decision_table(X, y, exact, n_states: int = 300, seed: int = 5) -> list[dict]:
+def _permutation(n_rows: int, rng: np.random.Generator, windows: bool):
+    """A test's rows: a lazy uniform permutation, or with ``windows`` one window of the rows
+    in the fixed shuffled order of window gathers (``WINDOW_ORDER_SEED``), from a random
+    start (what ``AusterityGibbs`` reads where the row source reads window gathers)."""
+    if not windows:
+        return LazyPermutation(n_rows, rng), lambda drawn: drawn
+    shuffled = ShuffledRows(lambda order: [order], n_rows)
+    return WindowPermutation(shuffled, rng), lambda window: window.indices
+
+
+def decision_table(
+    X, y, exact, n_states: int = 300, seed: int = 5, windows: bool = False
+) -> list[dict]:
     """Wrong updates and rows read per update, against exact Gibbs on the same ``u``."""
     rng = np.random.default_rng(seed)
     fit = np.linalg.lstsq(X, y, rcond=None)[0]
@@ -87,11 +107,11 @@ def decision_table(X, y, exact, n_states: int = 300, seed: int = 5) -> list[dict
                     return 0.5 * (r0 * r0 - r1 * r1)
 
                 full = float(differences(slice(None)).sum())  # equal prior odds: p = 0.5
-                permutation = LazyPermutation(len(y), rng)
+                permutation, rows_of = _permutation(len(y), rng, windows)
                 permutation.start(rng)
                 decision = gibbs_decision(
                     0.0,
-                    lambda m, p=permutation: differences(p.next(m)),
+                    lambda m, p=permutation, r=rows_of: differences(r(p.next(m))),
                     len(y),
                     BATCH,
                     epsilon,
@@ -186,6 +206,10 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     decisions = decision_table(X, y, exact)
+    if WINDOWS_TABLE:
+        for row, window_row in zip(decisions, decision_table(X, y, exact, windows=True)):
+            row["wrong_windows"] = window_row["wrong"]
+            row["rows_fraction_windows"] = window_row["rows_fraction"]
     runs = sampling_runs(X, y, exact) if not NO_SAMPLING else []
     RESULTS.mkdir(exist_ok=True)
     payload = {"commit": commit, "exact": exact.tolist(), "decisions": decisions, "runs": runs}
@@ -197,9 +221,17 @@ def main() -> None:
         "",
         "## Updates against exact Gibbs (same u), plain test, minibatches of 500",
         "",
-        "| epsilon | wrong updates | rows read per update |",
-        "|---|---|---|",
-        *(f"| {d['epsilon']:g} | {d['wrong']:.2%} | {d['rows_fraction']:.1%} |" for d in decisions),
+        "| epsilon | wrong updates | rows read per update | the same, windows |",
+        "|---|---|---|---|",
+        *(
+            f"| {d['epsilon']:g} | {d['wrong']:.2%} | {d['rows_fraction']:.1%} | "
+            + (
+                f"{d['wrong_windows']:.2%}, {d['rows_fraction_windows']:.1%} |"
+                if "wrong_windows" in d
+                else "— |"
+            )
+            for d in decisions
+        ),
         "",
         "## pm.sample, 1000 tune + 1000 draws, 2 chains, one core",
         "",
