@@ -50,8 +50,8 @@ from pymc_bigdata.datasets import (
     variable_selection_model,
 )
 from pymc_bigdata.kernels.austerity import gibbs_decision
-from pymc_bigdata.row_windows import ShuffledRows, WindowPermutation
-from pymc_bigdata.rows import LazyPermutation
+from pymc_bigdata.row_windows import RowWindow, ShuffledRows, WindowPermutation
+from pymc_bigdata.rows import LazyPermutation, window_rows_for_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -64,22 +64,27 @@ OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "austeri
 #: reads a uniform permutation's rows instead of a window of the shuffled copy)
 UNIFORM_TOO = "--uniform-rows-too" in sys.argv
 #: ``--windows-table``: the updates' table also with each test's rows one window of the
-#: shuffled order (the same states, epsilons and ``u`` draws' seed)
+#: shuffled order, and a window of N/100 rows then uniform ones (the same states, epsilons
+#: and ``u`` draws' seed)
 WINDOWS_TABLE = "--windows-table" in sys.argv
 
 
-def _permutation(n_rows: int, rng: np.random.Generator, windows: bool):
-    """A test's rows: a lazy uniform permutation, or with ``windows`` one window of the rows
-    in the fixed shuffled order of window gathers (``WINDOW_ORDER_SEED``), from a random
-    start (what ``AusterityGibbs`` reads where the row source reads window gathers)."""
-    if not windows:
+def _permutation(n_rows: int, rng: np.random.Generator, windows: str | None):
+    """A test's rows: a lazy uniform permutation; with ``windows="pure"`` one window of the
+    rows in the fixed shuffled order of window gathers (``WINDOW_ORDER_SEED``) from a random
+    start (``AusterityGibbs`` at 81a00e7); with ``"then uniform"`` such a window for the first
+    ``N / WINDOW_MIN_BATCHES`` rows, then uniform rows among the rest (``AusterityGibbs``
+    since then)."""
+    if windows is None:
         return LazyPermutation(n_rows, rng), lambda drawn: drawn
     shuffled = ShuffledRows(lambda order: [order], n_rows)
-    return WindowPermutation(shuffled, rng), lambda window: window.indices
+    limit = None if windows == "pure" else window_rows_for_tests(shuffled, BATCH)
+    permutation = WindowPermutation(shuffled, rng, window_rows=limit)
+    return permutation, lambda drawn: drawn.indices if isinstance(drawn, RowWindow) else drawn
 
 
 def decision_table(
-    X, y, exact, n_states: int = 300, seed: int = 5, windows: bool = False
+    X, y, exact, n_states: int = 300, seed: int = 5, windows: str | None = None
 ) -> list[dict]:
     """Wrong updates and rows read per update, against exact Gibbs on the same ``u``."""
     rng = np.random.default_rng(seed)
@@ -207,9 +212,10 @@ def main() -> None:
     ).stdout.strip()
     decisions = decision_table(X, y, exact)
     if WINDOWS_TABLE:
-        for row, window_row in zip(decisions, decision_table(X, y, exact, windows=True)):
-            row["wrong_windows"] = window_row["wrong"]
-            row["rows_fraction_windows"] = window_row["rows_fraction"]
+        for kind, key in (("pure", "windows"), ("then uniform", "window_then_uniform")):
+            for row, window_row in zip(decisions, decision_table(X, y, exact, windows=kind)):
+                row[f"wrong_{key}"] = window_row["wrong"]
+                row[f"rows_fraction_{key}"] = window_row["rows_fraction"]
     runs = sampling_runs(X, y, exact) if not NO_SAMPLING else []
     RESULTS.mkdir(exist_ok=True)
     payload = {"commit": commit, "exact": exact.tolist(), "decisions": decisions, "runs": runs}
@@ -221,15 +227,18 @@ def main() -> None:
         "",
         "## Updates against exact Gibbs (same u), plain test, minibatches of 500",
         "",
-        "| epsilon | wrong updates | rows read per update | the same, windows |",
-        "|---|---|---|---|",
+        "| epsilon | wrong updates | rows read per update | one window: wrong, rows "
+        "| a window of N/100 rows, then uniform: wrong, rows |",
+        "|---|---|---|---|---|",
         *(
             f"| {d['epsilon']:g} | {d['wrong']:.2%} | {d['rows_fraction']:.1%} | "
-            + (
-                f"{d['wrong_windows']:.2%}, {d['rows_fraction_windows']:.1%} |"
-                if "wrong_windows" in d
-                else "— |"
+            + " | ".join(
+                f"{d[f'wrong_{key}']:.2%}, {d[f'rows_fraction_{key}']:.1%}"
+                if f"wrong_{key}" in d
+                else "—"
+                for key in ("windows", "window_then_uniform")
             )
+            + " |"
             for d in decisions
         ),
         "",

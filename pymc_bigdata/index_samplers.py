@@ -337,6 +337,17 @@ class LazyPermutation:
         """How many rows of the current permutation are out."""
         return self._count
 
+    def mark_out(self, rows: np.ndarray) -> None:
+        """Count ``rows`` (distinct, none out yet) as the permutation's next entries, read
+        elsewhere: the later ones are uniform over the rest (before any :meth:`next` that
+        went past half of the rows)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rest is not None or self._count + len(rows) > self.n_rows // 2:
+            raise ValueError("mark_out works only while at most half of the rows are out.")
+        self._slot[rows] = _OUT
+        self._drawn.append(rows)
+        self._count += len(rows)
+
     def next(self, k: int) -> np.ndarray:
         """The next ``min(k, rows left)`` rows of the permutation."""
         k = min(int(k), self.n_rows - self._count)

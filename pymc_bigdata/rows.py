@@ -48,6 +48,7 @@ __all__ = [
     "RowWindow",
     "WindowIndexSampler",
     "check_batch_size",
+    "window_rows_for_tests",
 ]
 
 #: in-memory rows of at most this many bytes (every array together) are read through window
@@ -65,6 +66,14 @@ WINDOW_MIN_BATCHES = 100
 #: blocks of 65,536 rows of 20 float32 covariates take 85 MB; 16 Parquet row groups of
 #: 1,048,576 such rows would take 1.4 GB, and get 3 active blocks instead (issue 28)
 ACTIVE_BYTES = 256 * 2**20
+
+
+def window_rows_for_tests(shuffled: ShuffledRows, batch_size: int) -> int:
+    """Rows a sequential test (the Austerity steps) reads as one window of ``shuffled``
+    before uniform ones: ``N / WINDOW_MIN_BATCHES`` (at least a minibatch), where a window's
+    spread is within about 10 % of a simple random sample's
+    (:class:`~pymc_bigdata.row_windows.WindowPermutation`)."""
+    return max(int(batch_size), shuffled.n_rows // WINDOW_MIN_BATCHES)
 
 
 class RowSource:

@@ -84,6 +84,35 @@ def test_a_window_permutation_reads_distinct_rows_up_to_the_pool():
         np.testing.assert_array_equal(rows, shuffled.order[(first + np.arange(48)) % 48])
 
 
+def test_past_its_window_a_permutation_reads_uniform_rows_it_has_not_read():
+    """With ``window_rows=10`` of 50: the first 10 rows are consecutive in the copy, the
+    next ones distinct from them and each other (a gather of the source's indices), all 50
+    when read to the end; the first 30 hold each row with probability 30/50 over 20,000
+    decisions (watched failing: the window's rows left in the uniform draws, and the window
+    read on instead of uniform rows)."""
+    source = window_source(50)
+    shuffled = source.shuffled_rows()
+    permutation = WindowPermutation(shuffled, np.random.default_rng(5), window_rows=10)
+    counts, draws = np.zeros(50), 20_000
+    for i in range(draws):
+        permutation.start()
+        parts = [permutation.next(k) for k in (4, 10, 16)]
+        assert isinstance(parts[0], RowWindow) and not isinstance(parts[1], RowWindow)
+        rows = np.concatenate([parts[0].indices, parts[1], parts[2]])
+        assert len(np.unique(rows)) == 30
+        first = int(np.flatnonzero(shuffled.order == rows[0])[0])
+        np.testing.assert_array_equal(rows[:10], shuffled.order[(first + np.arange(10)) % 50])
+        following = shuffled.order[(first + 10 + np.arange(20)) % 50]
+        assert not np.array_equal(rows[10:], following)  # not the window read on
+        np.add.at(counts, rows, 1)
+        if i < 20:  # read to the end: every row once; a gather reads the rows it names
+            rest = permutation.next(50)
+            assert sorted(np.concatenate([rows, rest])) == list(range(50))
+            np.testing.assert_array_equal(source.take(rest)[1], rest)
+    p = 30 / 50
+    assert np.all(np.abs(counts - draws * p) <= 4.5 * np.sqrt(draws * p * (1 - p)))
+
+
 def test_a_reshuffled_pass_reads_disjoint_windows_from_a_random_offset():
     """Within a pass (floor(N/n) windows) no row repeats; passes start at other offsets."""
     source = window_source(50)

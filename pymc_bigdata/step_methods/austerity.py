@@ -34,8 +34,8 @@ from pymc_bigdata.kernels.austerity import (
 )
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.difference_terms import control_variate_sum
-from pymc_bigdata.row_windows import RowWindow, WindowPermutation
-from pymc_bigdata.rows import LazyPermutation
+from pymc_bigdata.row_windows import WindowPermutation
+from pymc_bigdata.rows import LazyPermutation, window_rows_for_tests
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.decision_audit import (
@@ -244,7 +244,9 @@ class AusterityMH(SubsamplingStep):
         self._permutation: LazyPermutation | WindowPermutation
         if self.minibatches.windows:
             shuffled = self.layer.rows.shuffled_rows(self.census)
-            self._permutation = WindowPermutation(shuffled, self.rng)
+            self._permutation = WindowPermutation(
+                shuffled, self.rng, window_rows=window_rows_for_tests(shuffled, self.batch_size)
+            )
         else:
             self._permutation = LazyPermutation(n_rows - n_census, self.rng)
 
@@ -336,7 +338,7 @@ class AusterityMH(SubsamplingStep):
 
         def next_differences(k: int) -> np.ndarray:
             drawn = permutation.next(k)
-            if not isinstance(drawn, RowWindow) and self._pool is not None:
+            if isinstance(permutation, LazyPermutation) and self._pool is not None:
                 drawn = self._pool[drawn]  # positions in the pool -> the source's rows
             rows = self.layer.take_rows(drawn)
             self._rows_read += k

@@ -35,7 +35,7 @@ from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.kernels.austerity import gibbs_decision
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.row_windows import WindowPermutation
-from pymc_bigdata.rows import LazyPermutation, check_batch_size
+from pymc_bigdata.rows import LazyPermutation, check_batch_size, window_rows_for_tests
 from pymc_bigdata.step_methods.base import step_own_vars
 from pymc_bigdata.step_methods.decision_audit import (
     AUDIT_EVERY,
@@ -212,7 +212,9 @@ class AusterityGibbs(ArrayStepShared):
         self._permutation: LazyPermutation | WindowPermutation = (
             LazyPermutation(layer.n_rows, self.rng)
             if shuffled is None
-            else WindowPermutation(shuffled, self.rng)
+            else WindowPermutation(
+                shuffled, self.rng, window_rows_for_tests(shuffled, self.batch_size)
+            )
         )
         self.tune = True
         self._chain_length = 0
