@@ -196,14 +196,14 @@ def _batch_mean_se(idata) -> np.ndarray:
 def test_stationary_law_matches_enumeration(binary_model, epsilon, band):
     """The chain's state frequencies against the exact posterior over the 8 states: within
     4 batch-means standard errors at epsilon = 0 (exact Gibbs), plus 0.01 at the default
-    epsilon, each update reading one window of the rows' shuffled copy (5,000 rows hold the
-    100 minibatches window gathers need). Minibatches of 50 rows give the test 100 looks,
+    epsilon (uniform rows: ``window_gathers`` is off by default). Minibatches of 50 rows give
+    the test 100 looks,
     as many as 500-row ones on 50,000 rows. The paper's 0.05 fails both (0.018 beyond 4
     standard errors; checked once)."""
     model, layer, states, exact = binary_model
     with model:
         step = pmbd.AusterityGibbs(layer=layer, epsilon=epsilon, batch_size=50)
-    assert isinstance(step._permutation, WindowPermutation)  # 100 minibatches: windows
+    assert not isinstance(step._permutation, WindowPermutation)  # windows: asked only
     idata = sample_two_chains(model, step, seed=7, draws=2000, tune=0)
     freq, se = _state_frequencies(idata), _batch_mean_se(idata)
     assert np.all(np.abs(freq - exact) <= 4 * np.maximum(se, 0.004) + band), (freq, exact, se)

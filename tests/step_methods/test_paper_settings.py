@@ -155,7 +155,8 @@ def test_signed_hmcecs_takes_the_same_paper_settings(hierarchy):
 
 def test_austerity_gibbs_paper_settings_use_the_papers_level():
     """The paper's per-look level (0.05) instead of our 0.001; its 500-row minibatches; its
-    uniform permutation of the rows (watched failing with ``window_gathers`` ignored)."""
+    uniform permutation of the rows, also our default (watched failing with
+    ``window_gathers`` ignored)."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=600)
     with pm.Model() as model:
@@ -165,6 +166,8 @@ def test_austerity_gibbs_paper_settings_use_the_papers_level():
     paper = pmbd.AusterityGibbs([on], model=model, **pmbd.AusterityGibbs.PAPER_SETTINGS)
     assert default.epsilon == 0.001 and paper.epsilon == 0.05
     assert paper.batch_size == 500
-    # each update's rows: windows of the shuffled copy by default, the paper's permutation
-    assert isinstance(default._permutation, WindowPermutation)
+    # each update's rows: the paper's permutation (windows only when asked, also by default)
+    asked = pmbd.AusterityGibbs([on], model=model, window_gathers=True)
+    assert isinstance(asked._permutation, WindowPermutation)
+    assert not isinstance(default._permutation, WindowPermutation)
     assert not isinstance(paper._permutation, WindowPermutation)
