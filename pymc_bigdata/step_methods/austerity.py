@@ -35,7 +35,7 @@ from pymc_bigdata.kernels.austerity import (
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.difference_terms import control_variate_sum
 from pymc_bigdata.row_windows import WindowPermutation
-from pymc_bigdata.rows import LazyPermutation, window_rows_for_tests
+from pymc_bigdata.rows import LazyPermutation, RowSource, window_rows_for_tests
 from pymc_bigdata.step_methods.alarms import AusterityAlarm
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.decision_audit import (
@@ -80,6 +80,23 @@ class _Decision(NamedTuple):
     finite: bool
     audited: bool = False
     wrong: bool = False
+
+
+#: where a decision's rows come from
+Rows = LazyPermutation | WindowPermutation
+
+
+def decision_rows(
+    rows: RowSource, windows: bool, census: np.ndarray, batch_size: int, rng: np.random.Generator
+) -> Rows:
+    """Each decision's rows: a lazy uniform permutation of the pool (every row but the
+    census), or where the step's minibatches are windows (``window_gathers``) one window of
+    the row source's shuffled copy for the first ``N / WINDOW_MIN_BATCHES`` rows, then
+    uniform rows (:class:`~pymc_bigdata.row_windows.WindowPermutation`)."""
+    if not windows:
+        return LazyPermutation(rows.n_rows - len(census), rng)
+    shuffled = rows.shuffled_rows(census)
+    return WindowPermutation(shuffled, rng, window_rows=window_rows_for_tests(shuffled, batch_size))
 
 
 class _NonFinite(Exception):
@@ -134,10 +151,8 @@ class AusterityMH(SubsamplingStep):
         draws. Default 50; ``None`` switches the audit off.
     **kwargs
         The base's (:class:`~pymc_bigdata.step_methods.base.SubsamplingStep`): ``model``,
-        ``preconditioner``, ``adapt``, ``layer``, ``rng``, ``window_gathers`` (default True:
-        where the row source reads window gathers, each decision reads one window of its
-        shuffled copy, :class:`~pymc_bigdata.row_windows.WindowPermutation`; False: a
-        uniform permutation, the paper's)...
+        ``preconditioner``, ``adapt``, ``layer``, ``rng``, ``window_gathers`` (default
+        True: :func:`decision_rows`)...
     """
 
     name = "austerity_mh"
@@ -237,18 +252,12 @@ class AusterityMH(SubsamplingStep):
     # ------------------------------------------------------------------ set-up and defaults
     def _prepare(self) -> None:
         """The rows the test samples: all but the census stratum, whose differences enter
-        every decision exactly; read as windows of the row source's shuffled copy where its
-        minibatches are (``window_gathers``), else from a lazy uniform permutation."""
-        n_rows, n_census = self.layer.n_rows, len(self.census)
-        self._pool = np.setdiff1d(np.arange(n_rows), self.census) if n_census else None
-        self._permutation: LazyPermutation | WindowPermutation
-        if self.minibatches.windows:
-            shuffled = self.layer.rows.shuffled_rows(self.census)
-            self._permutation = WindowPermutation(
-                shuffled, self.rng, window_rows=window_rows_for_tests(shuffled, self.batch_size)
-            )
-        else:
-            self._permutation = LazyPermutation(n_rows - n_census, self.rng)
+        every decision exactly (:func:`decision_rows`)."""
+        n_census = len(self.census)
+        self._pool = np.setdiff1d(np.arange(self.layer.n_rows), self.census) if n_census else None
+        self._permutation = decision_rows(
+            self.layer.rows, self.minibatches.windows, self.census, self.batch_size, self.rng
+        )
 
     def _check_layer_settings(self) -> None:
         """The proposal's default, and its check against the layer (before the MAP search)."""
@@ -325,12 +334,7 @@ class AusterityMH(SubsamplingStep):
         self._known_cache = [*self._known_cache[-1:], (z, value, drift)]
         return value, drift
 
-    def _row_differences(
-        self,
-        theta_new: np.ndarray,
-        theta: np.ndarray,
-        permutation: LazyPermutation | WindowPermutation,
-    ):
+    def _row_differences(self, theta_new: np.ndarray, theta: np.ndarray, permutation: Rows):
         """``next_differences`` of a test: the next rows of ``permutation`` (started by the
         caller), their residual (or plain) differences between ``theta`` and ``theta_new``."""
         terms, order = self.layer.difference_terms, self.cv_order
@@ -370,7 +374,6 @@ class AusterityMH(SubsamplingStep):
             raise _NonFinite
         return total
 
-    # ------------------------------------------------------------------ proposals
     def _propose(self, z: np.ndarray) -> Proposal:
         h = self.step_size
         if self.proposal == "rw":
@@ -390,7 +393,6 @@ class AusterityMH(SubsamplingStep):
 
         return langevin_proposal(z, h, drift, self.rng)
 
-    # ------------------------------------------------------------------ one draw
     def _decide(self, z: np.ndarray) -> tuple[np.ndarray, _Decision]:
         """One proposal and its approximate MH decision."""
         proposal = self._propose(z)
@@ -433,9 +435,8 @@ class AusterityMH(SubsamplingStep):
         return (proposal.position if result.accept else z), decision
 
     def _audit_decision(self, decided, theta_new: np.ndarray, theta: np.ndarray, pool: int):
-        """``(audited, wrong)``: a kept decision's second opinion when one is due (a decision
-        that read every row is exact, so it agrees). Rows whose difference is not finite make
-        exact MH reject."""
+        """``(audited, wrong)``: a kept decision's second opinion when due (one that read every
+        row is exact: it agrees; rows whose difference is not finite make exact MH reject)."""
         if self._audit is None or self.tune or not self._audit.due():
             return False, False
         if decided.test.rows >= pool:

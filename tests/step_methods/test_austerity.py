@@ -141,42 +141,37 @@ def _check_exact_decisions(records, model, layer, rows_read: int) -> None:
     assert 0 < accepted < len(records)  # both kinds of decision were checked
 
 
-def test_epsilon_zero_is_exact_with_a_census_stratum(monkeypatch):
+@pytest.mark.parametrize("windows", [False, True], ids=["permutation", "windows"])
+def test_epsilon_zero_is_exact_with_a_census_stratum(monkeypatch, windows):
     """On the SBPS paper's logistic regression (1,000 rows) the base finds a census stratum;
     its rows' differences enter each decision exactly and the test reads the others: at
     epsilon = 0 every decision is still exact MH's. Caught when broken: the census sum left
-    out of the known terms, or the threshold divided by N instead of the pool's size."""
+    out of the known terms, or the threshold divided by N instead of the pool's size.
+
+    With window gathers (the floor lowered to 4 minibatches of 100 rows) a decision reads the
+    first quarter of the pool as one window of the shuffled copy (every row but the census),
+    then uniform rows among the others: still each pool row once, and exact MH's decisions
+    (watched failing: a copy that keeps the census rows, read twice). ``window_gathers=False``
+    reads the lazy permutation."""
+    kwargs = {"epsilon": 0.0}
+    if windows:
+        monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 4)
+        kwargs["batch_size"] = 100
     model = sbps_paper_logistic()
     records = _record_decisions(monkeypatch)
-    step = pmbd.AusterityMH(model=model, epsilon=0.0)
+    step = pmbd.AusterityMH(model=model, **kwargs)
     assert len(step.census) > 0
+    assert isinstance(step._permutation, WindowPermutation) == windows
     with model:
         pm.sample(
             step=step, tune=30, draws=20, chains=1, random_seed=4, progressbar=False,
             compute_convergence_checks=False,
         )  # fmt: skip
     _check_exact_decisions(records, model, step.layer, step.layer.n_rows - len(step.census))
-
-
-def test_epsilon_zero_is_exact_reading_windows_with_a_census_stratum(monkeypatch):
-    """Where the row source reads window gathers, a decision reads one window of its
-    shuffled copy of the pool (every row but the census) from a random start: at epsilon = 0
-    every decision still reads each pool row once and equals exact MH's. Caught when broken
-    (watched): a copy that keeps the census rows (read twice: decisions differ); with
-    ``window_gathers=False`` the test reads the lazy permutation."""
-    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)  # 1,000 rows of 100
-    model = sbps_paper_logistic()
-    records = _record_decisions(monkeypatch)
-    step = pmbd.AusterityMH(model=model, epsilon=0.0, batch_size=100)
-    assert len(step.census) > 0 and isinstance(step._permutation, WindowPermutation)
-    with model:
-        pm.sample(
-            step=step, tune=30, draws=20, chains=1, random_seed=4, progressbar=False,
-            compute_convergence_checks=False,
-        )  # fmt: skip
-    _check_exact_decisions(records, model, step.layer, step.layer.n_rows - len(step.census))
-    paper_rows = pmbd.AusterityMH(model=model, layer=step.layer, window_gathers=False)
-    assert isinstance(paper_rows._permutation, LazyPermutation)
+    if windows:
+        assert step._permutation.window_rows < step.layer.n_rows - len(step.census)
+        paper_rows = pmbd.AusterityMH(model=model, layer=step.layer, window_gathers=False)
+        assert isinstance(paper_rows._permutation, LazyPermutation)
 
 
 @pytest.fixture(scope="module")
