@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,6 +37,7 @@ __all__ = [
     "ShuffledRows",
     "WindowIndexSampler",
     "WindowPermutation",
+    "WindowStarts",
 ]
 
 #: the seed of the copy's fixed random row order
@@ -121,6 +123,16 @@ class ShuffledRows:
             return [a[start:stop] for a in self.arrays]
         wrapped = stop - self.n_rows
         return [np.concatenate([a[start:], a[:wrapped]]) for a in self.arrays]
+
+
+class WindowStarts(NamedTuple):
+    """Minibatches as windows of the row source's shuffled copy: its arrays (each data
+    array's rows in the copy's order), each window's first position and the rows per
+    window; window ``k`` is ``arrays[i][starts[k] : starts[k] + size]``."""
+
+    arrays: list[np.ndarray]
+    starts: np.ndarray
+    size: int
 
 
 class RowWindow:

@@ -232,6 +232,12 @@ class RowSource:
             self._refuse_nonfinite(_nonfinite_counts(*rows))
         return rows
 
+    def window_arrays(self, window: RowWindow) -> list[np.ndarray]:
+        """The shuffled copy whose slice ``window`` is (each data array's rows in the copy's
+        order), for compiled code that reads windows as slices of it, as :meth:`take` gives
+        a window's rows as views of it (the copy was checked when it was read)."""
+        return window.shuffled.arrays
+
     def subsample(self, n: int, rng: np.random.Generator) -> list[np.ndarray]:
         """About ``n`` random rows (sorted): uniform rows, or with a block gather the rows
         of random whole blocks (reading each block once), for a cheap start such as the

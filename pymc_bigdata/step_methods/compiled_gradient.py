@@ -24,9 +24,16 @@ from typing import Any
 import numpy as np
 from numba import literal_unroll, njit
 
+from pymc_bigdata.row_windows import WindowStarts
 from pymc_bigdata.step_methods.gradient_oracle import GradientOracle, MinibatchEstimator
 
-__all__ = ["CompiledGradient", "CompiledOracle", "make_gradient_z", "unsupported_reason"]
+__all__ = [
+    "CompiledGradient",
+    "CompiledOracle",
+    "make_gradient_z",
+    "make_window_gradient_z",
+    "unsupported_reason",
+]
 
 
 @njit
@@ -75,6 +82,52 @@ def make_gradient_z(model_grad: Any, dense: bool) -> Any:
     return gradient_z
 
 
+@njit
+def _window_1(arrays, start, stop):
+    return (arrays[0][start:stop],)
+
+
+@njit
+def _window_2(arrays, start, stop):
+    return (arrays[0][start:stop], arrays[1][start:stop])
+
+
+@njit
+def _window_3(arrays, start, stop):
+    return (arrays[0][start:stop], arrays[1][start:stop], arrays[2][start:stop])
+
+
+@njit
+def _window_4(arrays, start, stop):
+    a, b, c, d = arrays
+    return (a[start:stop], b[start:stop], c[start:stop], d[start:stop])
+
+
+#: the window's views of the copy's arrays, by their number (more: the rows are copied)
+_WINDOW_VIEWS = {1: _window_1, 2: _window_2, 3: _window_3, 4: _window_4}
+
+
+def make_window_gradient_z(model_grad: Any, dense: bool, n_arrays: int) -> Any:
+    """:func:`make_gradient_z` for minibatches that are windows of the row source's
+    shuffled copy and no census rows: the ``k``-th estimate reads its rows as views of the
+    copy's ``n_arrays`` arrays (``context`` as :meth:`CompiledGradient.context` gives it
+    for a :class:`~pymc_bigdata.row_windows.WindowStarts`), copying nothing."""
+    to_theta = _theta_dense if dense else _theta_diagonal
+    to_grad_z = _grad_z_dense if dense else _grad_z_diagonal
+    views_of = _WINDOW_VIEWS[n_arrays]
+
+    @njit
+    def gradient_z(z, k, context):
+        (center, transform, anchor_args, anchor_grad, weights, held_args, arrays, starts,
+         size) = context  # fmt: skip
+        theta = to_theta(center, transform, z)
+        views = views_of(arrays, starts[k], starts[k] + size)
+        g = model_grad(theta, *anchor_args, *views, weights, *held_args)[0] + anchor_grad
+        return to_grad_z(transform, g)
+
+    return gradient_z
+
+
 def _jitted(fn: Any) -> Any:
     """The Numba-jitted function behind a compiled PyTensor function (None if none)."""
     return getattr(getattr(fn, "vm", None), "jit_fn", None)
@@ -111,39 +164,61 @@ class CompiledGradient:
         """Whether ``estimator``'s plain estimate is compiled here (not second order)."""
         return estimator.cv_order < 2
 
+    def reads_views(self, estimator: MinibatchEstimator) -> bool:
+        """Whether windows of the shuffled copy can be read as views of it (no census rows
+        to put in front of them, at most four data arrays); else their rows are copied."""
+        return estimator.census_rows is None and len(self._layer.rows.columns) in _WINDOW_VIEWS
+
     def plan(
-        self, estimator: MinibatchEstimator, rows: list[np.ndarray], n_batches: int
+        self,
+        estimator: MinibatchEstimator,
+        rows: list[np.ndarray] | WindowStarts,
+        n_batches: int,
     ) -> tuple[Any, tuple]:
-        """The jitted gradient (:func:`make_gradient_z`) and its context for ``n_batches``
-        minibatches whose ``rows`` (each array's, one minibatch after the other, as the row
-        source read them) are taken under ``estimator``'s settings (its anchor, weights,
-        census rows and preconditioner)."""
+        """The jitted gradient (:func:`make_gradient_z` or, for windows read as views,
+        :func:`make_window_gradient_z`) and its context for ``n_batches`` minibatches whose
+        ``rows`` (each array's, one minibatch after the other, as the row source read them;
+        or the windows' starts in the shuffled copy) are taken under ``estimator``'s
+        settings (its anchor, weights, census rows and preconditioner)."""
         anchor = estimator.anchor
         compiled = self._layer.compiled
         fn = compiled.grad_fn if anchor is None else compiled.cv_grad_fn
         center, transform = estimator.precond.linear_map()
-        batch = len(rows[0]) // n_batches
-        buffers = self._buffers_for(estimator, rows, batch)
-        context = (
+        common = (
             center,
             np.ascontiguousarray(transform),
             () if anchor is None else (anchor.theta,),
             np.zeros_like(center) if anchor is None else anchor.loglik_grad,
             estimator.weights,
             _held_values(fn),
+        )
+        dense = transform.ndim == 2
+        if isinstance(rows, WindowStarts):
+            context = (*common, tuple(rows.arrays), rows.starts, rows.size)
+            return self._gradient_for(fn, dense, len(rows.arrays)), context
+        batch = len(rows[0]) // n_batches
+        buffers = self._buffers_for(estimator, rows, batch)
+        context = (
+            *common,
             batch,
             0 if estimator.census_rows is None else len(estimator.census_rows[0]),
             tuple((r.reshape(len(r), -1), b.reshape(len(b), -1)) for r, b in zip(rows, buffers)),
             buffers,
         )
-        return self._gradient_for(fn, transform.ndim == 2), context
+        return self._gradient_for(fn, dense), context
 
-    def _gradient_for(self, fn: Any, dense: bool) -> Any:
-        """:func:`make_gradient_z` for a compiled function's jitted form (built once)."""
+    def _gradient_for(self, fn: Any, dense: bool, window_arrays: int = 0) -> Any:
+        """:func:`make_gradient_z` (or :func:`make_window_gradient_z` for windows of
+        ``window_arrays`` arrays) for a compiled function's jitted form (built once)."""
         jitted = _jitted(fn)
-        key = (id(jitted), dense)
+        key = (id(jitted), dense, window_arrays)
         if key not in self._gradients:  # the jitted function is kept: its id stays its own
-            self._gradients[key] = (jitted, make_gradient_z(jitted, dense))
+            made = (
+                make_window_gradient_z(jitted, dense, window_arrays)
+                if window_arrays
+                else make_gradient_z(jitted, dense)
+            )
+            self._gradients[key] = (jitted, made)
         return self._gradients[key][1]
 
     def _buffers_for(
@@ -193,8 +268,12 @@ class CompiledOracle:
     def plan(self, n_calls: int) -> tuple[Any, tuple]:
         """The jitted estimate (:func:`make_gradient_z`) and its context for the next
         ``n_calls`` plain estimates."""
-        rows = self.oracle.draw_rows(n_calls)
-        return self._compiled.plan(self.oracle.estimator, rows, n_calls)
+        estimator = self.oracle.estimator
+        if self._compiled.reads_views(estimator):
+            rows = self.oracle.draw_windows(n_calls)
+        else:
+            rows = self.oracle.draw_rows(n_calls)
+        return self._compiled.plan(estimator, rows, n_calls)
 
     def last_is_plain(self) -> bool:
         """Whether the draw's last estimate is a plain one (it does not measure)."""

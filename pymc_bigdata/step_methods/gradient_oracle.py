@@ -20,6 +20,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
+from pymc_bigdata.row_windows import WindowStarts
+
 __all__ = ["DrawRecord", "GradientOracle", "MinibatchEstimator", "NoiseSample", "RowDraws"]
 
 
@@ -185,6 +187,8 @@ class RowDraws(Protocol):
 
     def draw_many(self, n_batches: int) -> list[np.ndarray]: ...
 
+    def draw_many_windows(self, n_batches: int) -> WindowStarts | list[np.ndarray]: ...
+
     def draw_measuring(self) -> list[np.ndarray]: ...
 
 
@@ -249,6 +253,15 @@ class GradientOracle:
         rows = self._minibatches.draw_many(n_calls)
         self._rows_read += n_calls * self._census + len(rows[0])
         return rows
+
+    def draw_windows(self, n_calls: int) -> WindowStarts | list[np.ndarray]:
+        """:meth:`draw_rows`, but where every minibatch is a window of the shuffled copy that
+        does not wrap, the copy and the windows' starts
+        (:class:`~pymc_bigdata.row_windows.WindowStarts`); they count as read."""
+        drawn = self._minibatches.draw_many_windows(n_calls)
+        n_rows = len(drawn[0]) if isinstance(drawn, list) else n_calls * drawn.size
+        self._rows_read += n_calls * self._census + n_rows
+        return drawn
 
     def computed(self, z: np.ndarray, g: np.ndarray) -> None:
         """Record a plain estimate computed elsewhere: ``g`` at ``z`` (z units)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler
+from pymc_bigdata.row_windows import RowWindow, WindowIndexSampler, WindowStarts
 from pymc_bigdata.step_methods.gradient_oracle import MinibatchEstimator
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
@@ -106,7 +106,25 @@ class Minibatches:
         excluded): what ``n_batches`` calls of :meth:`draw` read, in one array each."""
         if n_batches == 1:
             return self.draw()
+        return self._rows_of([self._sampler.draw() for _ in range(n_batches)])
+
+    def draw_many_windows(self, n_batches: int) -> WindowStarts | list[np.ndarray]:
+        """The next ``n_batches`` minibatches, drawn as :meth:`draw_many` draws them: where
+        every one is a window of the shuffled copy that does not wrap around its end, the
+        copy and the windows' starts (:class:`WindowStarts`, nothing read); else their
+        rows, as :meth:`draw_many` gives them."""
         drawn = [self._sampler.draw() for _ in range(n_batches)]
+        windows = isinstance(drawn[0], RowWindow)
+        if windows and all(w.start + w.size <= w.shuffled.n_rows for w in drawn):
+            arrays = self.layer.rows.window_arrays(drawn[0])
+            starts = np.array([w.start for w in drawn], dtype=np.int64)
+            return WindowStarts(arrays, starts, drawn[0].size)
+        return self._rows_of(drawn)
+
+    def _rows_of(self, drawn: list) -> list[np.ndarray]:
+        """The rows of drawn minibatches (row indices or windows), one after the other."""
+        if len(drawn) == 1:
+            return self.layer.take_rows(drawn[0])
         if not isinstance(drawn[0], RowWindow):  # row indices: one gather for them all
             return self.layer.take_rows(np.concatenate(drawn))
         parts = [self.layer.take_rows(window) for window in drawn]

@@ -74,29 +74,76 @@ def test_compiled_loop_gives_the_python_loops_draws(
     assert np.std(got) > 0.01  # the chains moved
 
 
-def test_compiled_loop_reads_windows_as_the_python_loop_does(small_logistic, monkeypatch):
+@pytest.mark.parametrize("census", [True, False])
+def test_compiled_loop_reads_windows_as_the_python_loop_does(small_logistic, monkeypatch, census):
     """With window gathers the compiled loop reads a draw's minibatches as windows of the
-    shuffled copy, the Python loop's rows, and never gathers rows by index. Caught: the
+    shuffled copy, the Python loop's rows, and never gathers rows by index; without census
+    rows to put in front of them, as slices of the copy itself (no rows copied). Caught: the
     compiled loop gathering a window's row indices from the source (9be68e6: 739 against
-    the Python loop's 492 µs per draw at 10^6 rows), a window read at another offset."""
+    the Python loop's 492 µs per draw at 10^6 rows), a window read at another offset, the
+    copy's slices never read without a census (``reads_views`` always False)."""
     monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)  # 5,000 rows: 25 windows
     model, layer = small_logistic
-    _census_influence(layer, monkeypatch)
+    if census:
+        _census_influence(layer, monkeypatch)
     kwargs = dict(model=model, layer=layer, batch_size=200)
     python = pmbd.SGHMC(**kwargs)
     compiled = pmbd.SGHMC(compiled_loop=True, **kwargs)
-    assert compiled.minibatches.windows and len(compiled.census) == 100
+    assert compiled.minibatches.windows and len(compiled.census) == (100 if census else 0)
     expected = _draws(model, python)
-    gathered, take = [], layer.rows.take
+    gathered, sliced, take, arrays = [], [0], layer.rows.take, layer.rows.window_arrays
 
     def recorded(rows):
         gathered.append(type(rows).__name__)
         return take(rows)
 
+    def slices_of(window):
+        sliced[0] += 1
+        return arrays(window)
+
     monkeypatch.setattr(layer.rows, "take", recorded)
+    monkeypatch.setattr(layer.rows, "window_arrays", slices_of)
     got = _draws(model, compiled)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
-    assert set(gathered) == {"RowWindow"} and len(gathered) >= 4 * 300
+    assert set(gathered) == {"RowWindow"}
+    if census:  # every window's rows copied behind the census rows
+        assert len(gathered) >= 4 * 300 and sliced[0] == 0
+    else:  # the plain estimates' windows sliced, but where one wraps around the copy's
+        # end (one window in 25 here, so about a draw in six: copied)
+        assert sliced[0] >= 200 and len(gathered) < 4 * 300
+
+
+def _arrays_model(n_arrays: int) -> pm.Model:
+    """A Gaussian regression on 2,000 rows read from ``n_arrays`` data arrays (the outcome,
+    then a covariate and up to two group indices)."""
+    rng = np.random.default_rng(n_arrays)
+    n = 2_000
+    x, g, h = rng.normal(size=n), rng.integers(5, size=n), rng.integers(4, size=n)
+    with pm.Model() as model:
+        mean = pm.Normal("mu", 0.0, 10.0)
+        if n_arrays >= 2:
+            mean = mean + pm.Normal("b", 0.0, 1.0) * x
+        if n_arrays >= 3:
+            mean = mean + pm.Normal("a", 0.0, 1.0, shape=5)[g]
+        if n_arrays >= 4:
+            mean = mean + pm.Normal("c", 0.0, 1.0, shape=4)[h]
+        pm.Normal("y", mean, 1.0, observed=rng.normal(0.3 + 0.5 * x, 1.0))
+    return model
+
+
+@pytest.mark.parametrize("n_arrays", [1, 4])
+def test_compiled_loop_slices_windows_of_each_number_of_arrays(monkeypatch, n_arrays):
+    """Windows read as slices of the copy's 1 or 4 arrays (2: the test above) give
+    the Python loop's draws. Caught: an array's slice swapped for another's or left out."""
+    monkeypatch.setattr("pymc_bigdata.rows.WINDOW_MIN_BATCHES", 1)
+    model = _arrays_model(n_arrays)
+    layer = pmbd.MinibatchModel(model)
+    assert len(layer.rows.columns) == n_arrays
+    kwargs = dict(model=model, layer=layer, batch_size=100)
+    compiled = pmbd.SGHMC(compiled_loop=True, **kwargs)
+    assert compiled.minibatches.windows and len(compiled.census) == 0
+    expected = _draws(model, pmbd.SGHMC(**kwargs))
+    np.testing.assert_allclose(_draws(model, compiled), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_compiled_loop_reads_the_held_variables(monkeypatch):
