@@ -269,6 +269,13 @@ def run_one(
         "cv_order": int(stats["cv_order"].values[0, -1]),
         "census": len(step.census),
         "divergences": int(stats["diverging"].values.sum()),
+        # HMC-ECS: kept draws whose trajectory blew up at the estimate's zeros or variance
+        # wall (rejected, not divergences)
+        "estimator_edges": sum(
+            int(stats[name].values.sum())
+            for name in ("estimator_zero", "variance_wall")
+            if name in stats
+        ),
         "bias_alarm": any(issubclass(w.category, pmbd.BiasWarning) for w in caught),
         # each BiasWarning's first sentence (which alarm fired)
         "alarm_texts": [

@@ -9,8 +9,9 @@ One iteration is Algorithm 1, HMC-within-Gibbs on the extended target (3.3),
 2. an HMC update of ``theta`` given ``u``: leapfrog dynamics on that subsample's estimated
    Hamiltonian and the accept test (3.7) with the same estimate (Sec. 3.4). A trajectory
    whose energy blows up is rejected: a divergence, unless it blew up at a zero of the
-   signed ``L_hat``, where ``log |L_hat|`` has a pole (``ZERO_NEAR``; ours, not the paper's:
-   the kernel rejects it all the same and only names it otherwise).
+   signed ``L_hat``, where ``log |L_hat|`` has a pole (``ZERO_NEAR``), or at the perturbed
+   estimate's variance wall (``VARIANCE_WALL``; both ours, not the paper's: the kernel
+   rejects such a trajectory all the same and only names it otherwise).
 
 The estimators (pure numpy, on the per-row residuals ``d_k = l_k - q_k`` the layer computes):
 
@@ -67,6 +68,16 @@ MAX_ENERGY_ERROR = 1000.0
 #: Measured (one-off, ``scale_few_rows``, seed 2): blown trajectories came within 0.00-0.03
 #: of a zero; a typical factor is ~1 (``a = mu - lambda``)
 ZERO_NEAR = 0.05
+
+#: a blown-up perturbed trajectory met the estimate's variance wall (not a divergence) when,
+#: still sound, it reached a point where the subsample's ``sigma_hat^2`` exceeded this (and
+#: blew up after it). There the estimate's factor ``exp(-sigma_hat^2 / 2)`` (4.5) is below
+#: ``exp(-5)``: the perturbed target falls because of this subsample's spread, not the
+#: posterior's shape (the paper's analysis takes ``sigma^2`` of order 1), and the kick of
+#: ``grad sigma_hat^2`` blows the energy up. Measured (one-off, ``hier_poisson_noncentred``,
+#: seed 2, the alarm table's run at 61d9d1c): the path's ``sigma_hat^2`` went 1.63, 24.3,
+#: 0.015, 359 while the full-data log-likelihood changed by 12; energy error 1,810
+VARIANCE_WALL = 10.0
 
 
 # ---------------------------------------------------------------------- estimators
@@ -261,7 +272,8 @@ class HMCECSState(NamedTuple):
 class HMCECSInfo(NamedTuple):
     """One iteration's outcome. A blown-up trajectory (energy error above
     ``MAX_ENERGY_ERROR`` or a non-finite value) is rejected; it is ``diverging`` unless it
-    blew up at a zero of the signed ``L_hat`` (``at_estimator_zero``, see ``ZERO_NEAR``)."""
+    blew up at a zero of the signed ``L_hat`` (``at_estimator_zero``, see ``ZERO_NEAR``) or
+    at the perturbed estimate's variance wall (``at_variance_wall``, see ``VARIANCE_WALL``)."""
 
     accept_prob: float
     accepted: bool
@@ -270,6 +282,7 @@ class HMCECSInfo(NamedTuple):
     diverging: bool
     evaluations: int
     at_estimator_zero: bool = False
+    at_variance_wall: bool = False
 
 
 Evaluate = Callable[[np.ndarray, Subsample], Evaluation]
@@ -286,6 +299,7 @@ class _Path(NamedTuple):
     energy_error: float
     evaluations: int
     met_zero: bool
+    met_wall: bool
 
 
 def _leapfrog(
@@ -297,28 +311,36 @@ def _leapfrog(
     step_size: float,
     n_steps: int,
     energy0: float,
+    variance_wall: float,
 ) -> _Path:
     """``n_steps`` leapfrog steps on ``u``'s ``H_hat`` from ``(z, momentum)``; the energy error
     is inf at a non-finite value. ``met_zero``: the path reached a point with a factor of
     ``L_hat`` within ``ZERO_NEAR`` of 0 with the energy error at every point up to it (with
     the half-step momentum) below ``MAX_ENERGY_ERROR``: the blow-up came after, from the
-    pole's kick."""
+    pole's kick. ``met_wall``: it reached a point with ``sigma_hat^2`` above
+    ``variance_wall`` with the energy error less the estimate's variance term (4.5),
+    ``(sigma_hat^2 - sigma_hat_0^2) / 2``, below ``MAX_ENERGY_ERROR`` at every point up to
+    it: the blow-up is the variance term's, there or after (the wall's kick)."""
     position, current = z, here
     momentum = momentum + 0.5 * step_size * current.grad
-    sound, met_zero, evaluations = True, False, 1
+    sound, sound_inside, met_zero, met_wall, evaluations = True, True, False, False, 1
     for step in range(n_steps):
         position = position + step_size * momentum
         current = evaluate(position, u)
         evaluations += 1
         if not _finite(current):
-            return _Path(position, current, math.inf, evaluations, met_zero)
+            return _Path(position, current, math.inf, evaluations, met_zero, met_wall)
         energy_error = -current.logp + 0.5 * float(momentum @ momentum) - energy0
         sound = sound and energy_error < MAX_ENERGY_ERROR  # the half-step momentum's
         met_zero = met_zero or (sound and current.nearest_zero < ZERO_NEAR)
+        if variance_wall < math.inf:
+            variance_term = 0.5 * (current.loglik_var - here.loglik_var)
+            sound_inside = sound_inside and energy_error - variance_term < MAX_ENERGY_ERROR
+            met_wall = met_wall or (sound_inside and current.loglik_var > variance_wall)
         scale = step_size if step < n_steps - 1 else 0.5 * step_size
         momentum = momentum + scale * current.grad
     energy_error = -current.logp + 0.5 * float(momentum @ momentum) - energy0
-    return _Path(position, current, energy_error, evaluations, met_zero)
+    return _Path(position, current, energy_error, evaluations, met_zero, met_wall)
 
 
 def hmcecs_step(
@@ -328,8 +350,11 @@ def hmcecs_step(
     step_size: float,
     n_steps: int,
     rng: np.random.Generator,
+    variance_wall: float = math.inf,
 ) -> tuple[HMCECSState, HMCECSInfo]:
-    """One iteration of Algorithm 1: the subsample update (3.5), then leapfrog HMC (3.7)."""
+    """One iteration of Algorithm 1: the subsample update (3.5), then leapfrog HMC (3.7).
+    ``variance_wall``: the perturbed estimate's ``VARIANCE_WALL`` (inf: no wall, as for the
+    signed estimate, whose variance enters no factor)."""
     z, u, here = state
     # (1) u | theta: pseudo-marginal MH; the prior and momentum cancel in the ratio (3.5)
     proposed_u = propose(u, rng)
@@ -341,9 +366,10 @@ def hmcecs_step(
     # (2) theta, p | u: leapfrog on this subsample's H_hat, accepted by the same H_hat
     momentum = rng.standard_normal(z.shape[0])
     energy0 = -here.logp + 0.5 * float(momentum @ momentum)
-    path = _leapfrog(z, momentum, here, u, evaluate, step_size, n_steps, energy0)
+    path = _leapfrog(z, momentum, here, u, evaluate, step_size, n_steps, energy0, variance_wall)
     blown = not path.energy_error < MAX_ENERGY_ERROR  # NaN and inf too
-    diverging = blown and not path.met_zero
+    at_zero, at_wall = blown and path.met_zero, blown and path.met_wall and not path.met_zero
+    diverging = blown and not (at_zero or at_wall)
     accept_prob = 0.0 if blown else math.exp(min(0.0, -path.energy_error))
     accepted = not blown and rng.uniform() < accept_prob
     end = HMCECSState(path.position, u, path.end)
@@ -355,6 +381,7 @@ def hmcecs_step(
         path.energy_error,
         diverging,
         path.evaluations,
-        blown and path.met_zero,
+        at_zero,
+        at_wall,
     )
     return new_state, info

@@ -16,10 +16,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pymc_bigdata.kernels.hmcecs import VARIANCE_WALL
 from pymc_bigdata.step_methods.decision_audit import audit_verdict
 
 __all__ = [
     "COLLAPSED_SCALE",
+    "ESTIMATOR_EDGE_ALARM",
     "LOGLIK_VAR_ALARM",
     "NEGATIVE_SIGN_ALARM",
     "STICKY_ACCEPT",
@@ -38,6 +40,15 @@ LOGLIK_VAR_ALARM = 3.0
 #: HMC-ECS: a mean subsample acceptance below this means u rarely moves (a stuck
 #: pseudo-marginal chain)
 SUBSAMPLE_ACCEPT_ALARM = 0.5
+#: HMC-ECS: the share of kept draws whose trajectory blew up at the estimate's own edge (a
+#: zero of the signed ``L_hat``, the perturbed estimate's variance wall; rejected, not
+#: divergences: ``kernels/hmcecs.py``) above which the estimator keeps the chain from part of
+#: the posterior. Such a rejection leaves the draws right for the estimator's target, but
+#: each is a trajectory the chain could not follow; at 1 % they cover too little of the
+#: posterior to move a mean or sd by a tenth of an sd unless they reach several sds out.
+#: In band (the three-seed alarm table): signed at most 5 of a chain's 1,000 kept draws
+#: (a2adf5b), perturbed at most 1 (61d9d1c)
+ESTIMATOR_EDGE_ALARM = 0.01
 
 #: SBPS: the alarm fires when a chain's bound violations exceed this share of its proposals
 #: (plus ``VIOLATION_SLACK``), whatever the regression predicts. The rule before (beyond the
@@ -75,7 +86,8 @@ class ChainAlarm(Protocol):
 
 class HMCECSAlarm:
     """HMC-ECS: many negative signs (signed), a large mean ``sigma_hat^2`` (perturbed: a
-    larger perturbation), truncated trajectories, a subsample that rarely moves."""
+    larger perturbation), truncated trajectories, a subsample that rarely moves, many
+    trajectories blown up at the estimate's zeros or variance wall."""
 
     def __init__(
         self,
@@ -91,6 +103,7 @@ class HMCECSAlarm:
         self._subsample_accepts: list[float] = []
         self._loglik_vars: list[float] = []
         self._truncated = 0
+        self._edges = 0
         self._step_size = math.nan
 
     def observe(self, stats: Mapping[str, Any]) -> None:
@@ -99,6 +112,7 @@ class HMCECSAlarm:
         self._subsample_accepts.append(stats["subsample_accept"])
         self._loglik_vars.append(stats["loglik_var"])
         self._truncated += bool(stats["trajectory_truncated"])
+        self._edges += bool(stats["estimator_zero"]) or bool(stats["variance_wall"])
         self._step_size = stats["step_size"]
 
     def problems(self, sampler: str) -> list[str]:
@@ -128,6 +142,17 @@ class HMCECSAlarm:
                 f"{self._step_size:.3g} (sample stat 'trajectory_truncated'): the chain mixes "
                 "more slowly than asked. Check the preconditioner (a tiny step size means "
                 "it does not fit the posterior) or lower trajectory_length."
+            )
+        kept = len(self._signs)
+        if kept and self._edges > ESTIMATOR_EDGE_ALARM * kept:
+            wall = f"variance wall (sigma_hat^2 above {VARIANCE_WALL:g})"
+            edge = "zeros" if self.signed else wall
+            remedy = "products (lambda)" if self.signed else "subsample_size"
+            problems.append(
+                f"{sampler}: {self._edges} of this chain's {kept} trajectories blew up at the "
+                f"likelihood estimate's {edge} and were rejected (sample stats "
+                "'estimator_zero', 'variance_wall'): the estimator keeps the chain from part "
+                f"of the posterior. Raise {remedy} or use better control variates."
             )
         accepts = np.array(self._subsample_accepts, dtype=np.float64)
         if accepts.size and np.mean(accepts) < SUBSAMPLE_ACCEPT_ALARM:

@@ -26,6 +26,7 @@ from pymc.stats.convergence import SamplerWarning, WarningType
 
 from pymc_bigdata.errors import FullDataWarning
 from pymc_bigdata.kernels.hmcecs import (
+    VARIANCE_WALL,
     Evaluation,
     HMCECSInfo,
     HMCECSState,
@@ -341,8 +342,15 @@ class HMCECS(SubsamplingStep):
         if self._evaluation is None:
             self._evaluation = estimates.evaluate(z0, self._subsample)
         state = HMCECSState(z0, self._subsample, self._evaluation)
+        wall = VARIANCE_WALL if self.estimator == "perturbed" else math.inf
         new_state, info = hmcecs_step(
-            state, estimates.evaluate, estimates.propose, self.step_size, self.inner_steps, self.rng
+            state,
+            estimates.evaluate,
+            estimates.propose,
+            self.step_size,
+            self.inner_steps,
+            self.rng,
+            variance_wall=wall,
         )
         self._exact_evaluation = estimates.exact_cache
         self._info = info

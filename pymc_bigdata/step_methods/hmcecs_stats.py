@@ -31,6 +31,7 @@ HMCECS_STATS: dict[str, tuple[Any, list | None]] = {
     "taylor_inputs": (bool, []),
     "trajectory_truncated": (bool, []),
     "estimator_zero": (bool, []),
+    "variance_wall": (bool, []),
 }
 
 
@@ -69,4 +70,5 @@ def draw_stats(
         "taylor_inputs": settings.taylor_space == "likelihood_inputs",
         "trajectory_truncated": n_steps < wanted_steps,
         "estimator_zero": bool(info.at_estimator_zero) if info else False,
+        "variance_wall": bool(info.at_variance_wall) if info else False,
     }

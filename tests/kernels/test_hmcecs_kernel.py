@@ -33,6 +33,7 @@ from scipy.special import ndtr
 
 from pymc_bigdata.kernels.hmcecs import (
     MAX_ENERGY_ERROR,
+    VARIANCE_WALL,
     Evaluation,
     HMCECSState,
     Subsample,
@@ -410,6 +411,71 @@ def test_a_blow_up_before_the_pole_stays_a_divergence():
     blown = _blow_ups(evaluate, 0.0, 1.0, 3, seed=12)
     assert len(blown) > 1900
     assert all(info.diverging and not info.at_estimator_zero for info in blown)
+
+
+def _wall_evaluate(steepness: float, stiffness: float = 1.0):
+    """A perturbed estimate whose ``sigma_hat^2 = exp(steepness (z - 1.5))`` rises to a
+    wall past ``z = 1.5``: ``log L_hat = -stiffness z^2 / 2 - sigma_hat^2 / 2`` (4.5)."""
+
+    def evaluate(z, u):
+        x = float(z[0])
+        spread = math.exp(steepness * (x - 1.5))
+        logp = -0.5 * stiffness * x * x - 0.5 * spread
+        grad = np.array([-stiffness * x - 0.5 * steepness * spread])
+        return Evaluation(logp, grad, spread, 1)
+
+    return evaluate
+
+
+def _blow_ups_at(evaluate, step_size: float, n_steps: int, wall: float) -> list:
+    u = Subsample(np.zeros(1, dtype=np.int64), (np.zeros(1),))
+    z = np.zeros(1)
+    state = HMCECSState(z, u, evaluate(z, u))
+    rng = np.random.default_rng(11)
+    infos = []
+    for _ in range(2000):
+        state, info = hmcecs_step(
+            state, evaluate, lambda u, r: u, step_size, n_steps, rng, variance_wall=wall
+        )
+        infos.append(info)
+    return [info for info in infos if not info.energy_error < MAX_ENERGY_ERROR]
+
+
+def test_a_blow_up_at_the_perturbed_estimates_variance_wall_is_not_a_divergence():
+    """Trajectories from the bulk that run into a wall of ``sigma_hat^2`` blow up: rejected,
+    nearly all counted as ``at_variance_wall`` (those landing past the wall with the energy
+    error, less the variance term, still small), not as divergences; with no wall given (the
+    signed estimate's ``inf``), every one is a divergence. Fails when ``_leapfrog`` never
+    reports ``met_wall``, or tests the energy error with the variance term in it (then only
+    the paths that enter the wall gently count: 62 of 164 here)."""
+    evaluate = _wall_evaluate(20.0)
+    blown = _blow_ups_at(evaluate, 0.9, 2, VARIANCE_WALL)
+    assert len(blown) > 100
+    assert all(not info.accepted and info.accept_prob == 0.0 for info in blown)
+    walls = [info for info in blown if info.at_variance_wall]
+    assert len(walls) >= 0.9 * len(blown)
+    assert not any(info.diverging or info.at_estimator_zero for info in walls)
+    unwalled = _blow_ups_at(evaluate, 0.9, 2, math.inf)
+    assert len(unwalled) == len(blown)
+    assert all(info.diverging and not info.at_variance_wall for info in unwalled)
+
+
+def test_a_stiff_blow_up_with_a_large_variance_stays_a_divergence():
+    """A step far too long for the posterior (precision 1e4) blows up; the estimate's
+    ``sigma_hat^2 = z^2 * 10`` passes the wall too, but only beyond ``|z| = 1``, where the
+    posterior's own energy error (5,000 and up) has blown up already: a divergence. Fails
+    when any blow-up past the wall counts as the wall's (the energy test dropped)."""
+    stiffness = 1e4
+
+    def evaluate(z, u):
+        x = float(z[0])
+        spread = 10.0 * x * x
+        grad = np.array([-(stiffness + 10.0) * x])
+        return Evaluation(-0.5 * stiffness * x * x - 0.5 * spread, grad, spread, 1)
+
+    blown = _blow_ups_at(evaluate, 1.0, 3, VARIANCE_WALL)
+    assert len(blown) > 1900
+    assert all(info.diverging and not info.at_variance_wall for info in blown)
 
 
 def test_dual_averaging_reaches_its_target():

@@ -13,6 +13,7 @@ import pytest
 import pymc_bigdata as pmbd
 from pymc_bigdata.step_methods.alarms import (
     COLLAPSED_SCALE,
+    ESTIMATOR_EDGE_ALARM,
     LOGLIK_VAR_ALARM,
     NEGATIVE_SIGN_ALARM,
     STICKY_ACCEPT,
@@ -27,13 +28,17 @@ from pymc_bigdata.step_methods.decision_audit import AUDIT_MIN_WRONG, WRONG_PER_
 from pymc_bigdata.step_methods.diagnostics import ChainMonitor
 
 
-def _hmcecs_stats(sign=1, subsample_accept=0.9, loglik_var=1.0, truncated=False):
+def _hmcecs_stats(
+    sign=1, subsample_accept=0.9, loglik_var=1.0, truncated=False, zero=False, wall=False
+):
     return {
         "sign": sign,
         "subsample_accept": subsample_accept,
         "loglik_var": loglik_var,
         "trajectory_truncated": truncated,
         "step_size": 0.3,
+        "estimator_zero": zero,
+        "variance_wall": wall,
     }
 
 
@@ -65,6 +70,21 @@ def test_hmcecs_alarm_names_each_problem():
     assert any("1 draws ran 200 leapfrog steps" in p for p in _hmcecs(False, cut))
     sticky = [_hmcecs_stats(subsample_accept=SUBSAMPLE_ACCEPT_ALARM - 0.1) for _ in range(100)]
     assert any("sticky" in p for p in _hmcecs(False, sticky))
+
+
+def test_hmcecs_alarm_counts_trajectories_blown_up_at_the_estimates_edge():
+    """Zeros of the signed ``L_hat`` and the perturbed estimate's variance wall in more than
+    ``ESTIMATOR_EDGE_ALARM`` of the kept draws (11 of 1,000) raise it, the in-band runs'
+    counts (5 zeros, 1 wall of 1,000) do not. Fails when the rejections at an edge are not
+    counted (the stats not read)."""
+    over = int(ESTIMATOR_EDGE_ALARM * 1000) + 1
+    for signed, key in ((True, "zero"), (False, "wall")):
+        for count, alarmed in ((over, True), (5, False)):
+            draws = [_hmcecs_stats(**{key: i < count}) for i in range(1000)]
+            problems = [p for p in _hmcecs(signed, draws) if "blew up" in p]
+            assert bool(problems) is alarmed
+            if alarmed:
+                assert f"{over} of this chain's 1000 trajectories" in problems[0]
 
 
 def _sbps(violations: int, expected: float, proposals: int, exhausted: int = 0) -> list[str]:
