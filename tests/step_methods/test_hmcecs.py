@@ -7,6 +7,7 @@ rows, 30 coefficients) and, on targets where the Laplace fit is wrong, ``test_ha
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import arviz as az
@@ -365,6 +366,31 @@ def test_signed_blow_ups_at_the_estimate_s_zeros_are_not_divergences():
     assert zeros.sum() >= 1
     assert not stats["accepted"].values[zeros].any()
     assert not [w for w in caught if issubclass(w.category, pmbd.DivergenceWarning)]
+
+
+@pytest.mark.parametrize("estimator", ["perturbed", "signed"])
+def test_the_variance_wall_is_the_perturbed_estimates_alone(logistic, monkeypatch, estimator):
+    """The kernel gets ``VARIANCE_WALL`` from the perturbed step (its estimate carries the
+    factor ``exp(-sigma_hat^2 / 2)``) and no wall from the signed one, whose ``loglik_var``
+    enters no factor; a kept draw's ``variance_wall`` stat is the kernel's. Fails when the
+    step passes no wall (the default ``inf``) or the same wall to both."""
+    from pymc_bigdata.kernels.hmcecs import VARIANCE_WALL
+    from pymc_bigdata.step_methods import hmcecs as hmcecs_module
+
+    walls, kernel = [], hmcecs_module.hmcecs_step
+
+    def recorded(*args, **kwargs):
+        walls.append(kwargs.get("variance_wall"))
+        state, info = kernel(*args, **kwargs)
+        return state, info._replace(at_variance_wall=len(walls) % 7 == 0)
+
+    monkeypatch.setattr(hmcecs_module, "hmcecs_step", recorded)
+    model, layer = logistic
+    step = pmbd.HMCECS(model=model, layer=layer, estimator=estimator)
+    idata = sample_two_chains(model, step, seed=3, draws=30, tune=30)
+    expected = VARIANCE_WALL if estimator == "perturbed" else math.inf
+    assert walls and all(wall == expected for wall in walls)
+    assert 0 < int(idata.sample_stats["variance_wall"].values.sum()) < 60
 
 
 def test_the_anchor_stays_where_no_later_tuning_draw_re_chooses_lambda(logistic, monkeypatch):
