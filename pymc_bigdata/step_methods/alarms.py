@@ -47,7 +47,8 @@ SUBSAMPLE_ACCEPT_ALARM = 0.5
 #: each is a trajectory the chain could not follow; at 1 % they cover too little of the
 #: posterior to move a mean or sd by a tenth of an sd unless they reach several sds out.
 #: In band (the three-seed alarm table): signed at most 5 of a chain's 1,000 kept draws
-#: (a2adf5b), perturbed at most 1 (61d9d1c)
+#: (a2adf5b) and at most 8 of a run's 2,000 (f526650), perturbed at most 2 of a run's 2,000
+#: (e8cf055)
 ESTIMATOR_EDGE_ALARM = 0.01
 
 #: SBPS: the alarm fires when a chain's bound violations exceed this share of its proposals
