@@ -61,7 +61,7 @@ def make_gradient_z(model_grad: Any, dense: bool) -> Any:
     ``grad log p`` at ``z`` (z units), for the model's jitted gradient ``model_grad`` and a
     dense or diagonal ``L`` (compiled in, so that a call's arguments are arrays only).
 
-    ``context`` is :meth:`CompiledGradient.context`'s tuple.
+    ``context`` is the tuple :meth:`CompiledGradient.plan` gives for rows.
     """
     to_theta = _theta_dense if dense else _theta_diagonal
     to_grad_z = _grad_z_dense if dense else _grad_z_diagonal
@@ -99,8 +99,12 @@ def _window_3(arrays, start, stop):
 
 @njit
 def _window_4(arrays, start, stop):
-    a, b, c, d = arrays
-    return (a[start:stop], b[start:stop], c[start:stop], d[start:stop])
+    return (
+        arrays[0][start:stop],
+        arrays[1][start:stop],
+        arrays[2][start:stop],
+        arrays[3][start:stop],
+    )
 
 
 #: the window's views of the copy's arrays, by their number (more: the rows are copied)
@@ -110,8 +114,8 @@ _WINDOW_VIEWS = {1: _window_1, 2: _window_2, 3: _window_3, 4: _window_4}
 def make_window_gradient_z(model_grad: Any, dense: bool, n_arrays: int) -> Any:
     """:func:`make_gradient_z` for minibatches that are windows of the row source's
     shuffled copy and no census rows: the ``k``-th estimate reads its rows as views of the
-    copy's ``n_arrays`` arrays (``context`` as :meth:`CompiledGradient.context` gives it
-    for a :class:`~pymc_bigdata.row_windows.WindowStarts`), copying nothing."""
+    copy's ``n_arrays`` arrays (``context`` as :meth:`CompiledGradient.plan` gives it for
+    a :class:`~pymc_bigdata.row_windows.WindowStarts`), copying nothing."""
     to_theta = _theta_dense if dense else _theta_diagonal
     to_grad_z = _grad_z_dense if dense else _grad_z_diagonal
     views_of = _WINDOW_VIEWS[n_arrays]

@@ -104,8 +104,6 @@ class Minibatches:
     def draw_many(self, n_batches: int) -> list[np.ndarray]:
         """The next ``n_batches`` minibatches' rows, one after the other (census rows
         excluded): what ``n_batches`` calls of :meth:`draw` read, in one array each."""
-        if n_batches == 1:
-            return self.draw()
         return self._rows_of([self._sampler.draw() for _ in range(n_batches)])
 
     def draw_many_windows(self, n_batches: int) -> WindowStarts | list[np.ndarray]:
