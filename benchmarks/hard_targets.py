@@ -166,10 +166,7 @@ def unconstrained(idata, value_name: str) -> np.ndarray:
 
 def recentred(layer) -> bool:
     """Whether the step samples some group effect in other coordinates than the model's."""
-    reparam = layer.reparam
-    if reparam is None:
-        return False
-    return any(np.any(r.centredness != r.effect.model_centredness) for r in reparam.reparams)
+    return layer.reparam is not None and layer.reparam.moves_coordinates
 
 
 def crawl_ess(idata, layer) -> list[float]:
@@ -185,7 +182,7 @@ def run_one(
     model,
     ref,
     sampler: str,
-    reparameterize: bool = True,
+    reparameterize: bool | str = "auto",
     seed: int = 2026,
     gather: str | None = None,
 ) -> dict:
@@ -193,8 +190,8 @@ def run_one(
     kwargs = {} if batch is None else {"batch_size": batch}
     if sampler == "pSBPS-paper" or sampler.startswith("HMCECS"):
         kwargs = {}  # the paper's batch size is part of its settings; HMC-ECS chooses its m
-    if not reparameterize:
-        kwargs["reparameterize"] = False
+    if reparameterize != "auto":
+        kwargs["reparameterize"] = reparameterize
     start = time.perf_counter()
     if gather is not None:  # every row array read through this gather (the models' arrays
         # are in memory; pmbd.Data(..., gather=...) is the user's way to ask for it)
@@ -428,6 +425,12 @@ def main(argv=None) -> None:
         help="reparameterize=False: sample group effects in the model's own coordinates",
     )
     parser.add_argument(
+        "--coordinates",
+        choices=["whiten", "centre"],
+        default=None,
+        help="reparameterize='whiten' or 'centre' (default: the steps' own, 'auto')",
+    )
+    parser.add_argument(
         "--seeds", nargs="+", type=int, default=[2026], help="random_seed of each run"
     )
     parser.add_argument(
@@ -439,6 +442,7 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
+    coordinates = False if args.model_coordinates else (args.coordinates or "auto")
     rows = []
     for name in args.only:
         model, ref = reference(name)
@@ -452,11 +456,7 @@ def main(argv=None) -> None:
         )
         for sampler in samplers:
             for seed in args.seeds:
-                rows.append(
-                    run_one(
-                        name, model, ref, sampler, not args.model_coordinates, seed, args.gather
-                    )
-                )
+                rows.append(run_one(name, model, ref, sampler, coordinates, seed, args.gather))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = (
         f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"
@@ -465,6 +465,7 @@ def main(argv=None) -> None:
         "errors in the unconstrained coordinates against the references of tests/references "
         "(NUTS, importance sampling, or the analytic posterior)"
         + ("; reparameterize=False" if args.model_coordinates else "")
+        + (f'; reparameterize="{args.coordinates}"' if args.coordinates else "")
         + (f'; gather="{args.gather}"' if args.gather else "")
         + ".\n\n"
         + table(rows)

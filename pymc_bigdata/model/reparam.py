@@ -30,6 +30,7 @@ import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
 from pymc_bigdata.model.nested_loc import log_scale_of
+from pymc_bigdata.model.whitening import WhitenedLocScale
 
 __all__ = ["LocScaleReparam", "LocScaleReparams", "choose_centredness"]
 
@@ -76,6 +77,15 @@ class LocScaleReparam:
         self.centredness = c.copy()
         self.power = effect.model_centredness - self.centredness  # m - c_j of Eq. (1)
         self.shared_centredness.set_value(self.centredness.copy())
+
+    @property
+    def moves_coordinates(self) -> bool:
+        """Whether some group is sampled at another centredness than the model's own."""
+        return bool(np.any(self.centredness != self.effect.model_centredness))
+
+    def key(self) -> bytes:
+        """A key of the current centredness (a layer's MAP and fits depend on it)."""
+        return self.centredness.tobytes()
 
     # ------------------------------------------------------------------ parts of a vector
     def _loc(self, x: np.ndarray) -> np.ndarray:
@@ -168,7 +178,8 @@ class LocScaleReparam:
 
 
 class LocScaleReparams:
-    """Several :class:`LocScaleReparam` at once: the effects on disjoint slots, no effect's
+    """Several :class:`LocScaleReparam` (or :class:`~pymc_bigdata.model.whitening.
+    WhitenedLocScale`) at once: the effects on disjoint slots, no effect's
     slots another's ``loc`` or ``scale``, but an effect may be the parents that another's
     groups are nested in (``effect.parent``). The maps then run parents first (``to_model``;
     ``from_model`` children first), so that each reads its ``loc`` in the model's
@@ -186,7 +197,7 @@ class LocScaleReparams:
         nest in a cycle.
     """
 
-    def __init__(self, reparams: Sequence[LocScaleReparam]):
+    def __init__(self, reparams: Sequence[LocScaleReparam | WhitenedLocScale]):
         self.reparams = list(reparams)
         slots = [_slots(r.effect.effect_slice) for r in self.reparams]
         for i, r in enumerate(self.reparams):
@@ -211,7 +222,7 @@ class LocScaleReparams:
     @property
     def moves_coordinates(self) -> bool:
         """Whether some group is sampled at another centredness than the model's own."""
-        return any(np.any(r.centredness != r.effect.model_centredness) for r in self.reparams)
+        return any(r.moves_coordinates for r in self.reparams)
 
     @property
     def parents_first(self) -> list[int]:
@@ -219,8 +230,8 @@ class LocScaleReparams:
         return list(self._order)
 
     def key(self) -> bytes:
-        """A key of the current centredness (a layer's MAP and fits depend on it)."""
-        return b"".join(r.centredness.tobytes() for r in self.reparams)
+        """A key of the current maps (a layer's MAP and fits depend on it)."""
+        return b"".join(r.key() for r in self.reparams)
 
     def to_model(self, phi: np.ndarray) -> np.ndarray:
         """``theta`` at ``phi``."""

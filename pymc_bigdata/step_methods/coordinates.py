@@ -1,15 +1,17 @@
-"""Where a step samples: the model's own coordinates, or per-group centred ones.
+"""Where a step samples: the model's own coordinates, or per-group whitened or centred ones.
 
 A hierarchical model's loc-scale group effects (:mod:`pymc_bigdata.model.loc_scale`) are
 written centred or non-centred, and at big-data scale neither suits every group: a
 data-rich group's ``z_j`` is tied to ``(loc, scale)`` along a narrow ridge in the
 non-centred form, a data-poor group makes the centred form a funnel. With
-``reparameterize="auto"`` (the default) a step samples each effect in coordinates centred
-per group by how much its rows say about it (:func:`~pymc_bigdata.model.reparam.
-choose_centredness`, from each group's curvature at the model's MAP and the scale of the
-posterior's bulk, :func:`~pymc_bigdata.model.group_fit.fit_groups`), through a layer of the
-same model in those coordinates (:meth:`~pymc_bigdata.MinibatchModel.reparameterised`); the
-draws are mapped back to the model's own variables, so the user's model and the result's
+``reparameterize="auto"`` (the default) a step samples each effect in coordinates that follow
+how much its rows say about each group (each group's curvature at the model's MAP and the
+scale of the posterior's bulk, :func:`~pymc_bigdata.model.group_fit.fit_groups`): each group
+whitened by its conditional posterior at every scale (``"whiten"``,
+:mod:`~pymc_bigdata.model.whitening`) or centred per group at the bulk's scale
+(``"centre"``, :func:`~pymc_bigdata.model.reparam.choose_centredness`), through a layer of
+the same model in those coordinates (:meth:`~pymc_bigdata.MinibatchModel.reparameterised`);
+the draws are mapped back to the model's own variables, so the user's model and the result's
 variables are unchanged.
 """
 
@@ -24,11 +26,13 @@ from pymc_bigdata.model.group_fit import GroupFit, bulk_point, fit_groups, fit_p
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams, choose_centredness
+from pymc_bigdata.model.whitening import ChildrenReading, WhitenedLocScale
 
 __all__ = [
     "BULK_SCALE_RATIO",
     "NON_CENTRED_BELOW",
     "PARENT_SCALE_SDS",
+    "REPARAMETERIZE_AUTO",
     "REPARAM_MIN_CHANGE",
     "check_reparameterize",
     "loc_scale_effects",
@@ -61,15 +65,27 @@ NON_CENTRED_BELOW = 0.25
 #: 0 a chain crawled (ESS 13, 1.2 sd off); at 2 and at "all non-centred" it did not.
 PARENT_SCALE_SDS = 2.0
 
+#: what ``reparameterize="auto"`` (the default) samples in: ``"whiten"``, each group's
+#: effect standardised by its conditional posterior at every scale
+#: (:mod:`~pymc_bigdata.model.whitening`), or ``"centre"``, a centredness per group fixed at
+#: the bulk's scale (:func:`~pymc_bigdata.model.reparam.choose_centredness`)
+REPARAMETERIZE_AUTO = "whiten"
 
-def check_reparameterize(value: bool | str) -> bool:
-    """``"auto"``/``True``: per-group centring where it differs from the model's own;
-    ``False``: the model's own coordinates."""
+
+def check_reparameterize(value: bool | str) -> str | None:
+    """The coordinates asked for: ``"auto"``/``True`` the default (``REPARAMETERIZE_AUTO``),
+    ``"whiten"`` (:mod:`~pymc_bigdata.model.whitening`), ``"centre"`` (per-group
+    centredness at the bulk's scale, :mod:`~pymc_bigdata.model.reparam`), ``False``/None the
+    model's own coordinates."""
     if value in ("auto", True):
-        return True
+        return REPARAMETERIZE_AUTO
+    if value in ("whiten", "centre"):
+        return value
     if value is False:
-        return False
-    raise ValueError(f"reparameterize must be 'auto', True or False, got {value!r}.")
+        return None
+    raise ValueError(
+        f"reparameterize must be 'auto', 'whiten', 'centre', True or False, got {value!r}."
+    )
 
 
 def loc_scale_effects(layer: MinibatchModel) -> list[LocScaleEffect]:
@@ -110,49 +126,74 @@ def _fit_effects(
     return [fits[i] for i in range(len(effects))]
 
 
+def _whitened(effects: list[LocScaleEffect], fits: list[GroupFit]) -> list[WhitenedLocScale]:
+    """Each effect whitened by its fit; a parents' effect read through its nested groups
+    (:func:`_fit_effects`) by their fit, at the groups' scale wherever it goes
+    (:class:`~pymc_bigdata.model.whitening.ChildrenReading`)."""
+    names = {e.name: i for i, e in enumerate(effects)}
+    out = []
+    for effect, fit in zip(effects, fits):
+        child = names.get(effect.children) if effect.children is not None else None
+        children = None
+        if child is not None:
+            groups, groups_fit = effects[child], fits[child]
+            children = ChildrenReading(
+                groups.parent.index,
+                groups_fit.kappa,
+                groups_fit.estimate,
+                groups.scale_slice,
+                groups.scale_transform,
+                effect.n_groups,
+            )
+        out.append(WhitenedLocScale(effect, fit.kappa, fit.estimate, fit.scale, children))
+    return out
+
+
 def _snapped(centredness: np.ndarray) -> np.ndarray:
     """``c_j`` below ``NON_CENTRED_BELOW`` set to 0 (see there)."""
     return np.where(centredness < NON_CENTRED_BELOW, 0.0, centredness)
 
 
-def sampling_layer(layer: MinibatchModel, reparameterize: bool) -> MinibatchModel:
+def sampling_layer(layer: MinibatchModel, coordinates: str | None) -> MinibatchModel:
     """The layer a step samples in (see the module docstring).
 
-    ``layer`` itself unless ``reparameterize`` and the (continuous, held-variable free)
-    model has loc-scale effects. Then a layer of the model in per-group centred coordinates,
-    built once, its centredness a shared input: first the model's own (its MAP is the
-    model's). From that MAP, :func:`~pymc_bigdata.model.group_fit.fit_groups` reads each
-    group's curvature and data estimate and the scale of the posterior's bulk (a joint
-    MAP's scale is inflated when the model is written non-centred and can collapse when
-    centred), and :func:`~pymc_bigdata.model.reparam.choose_centredness` gives ``c_j``. The
-    model's coordinates are kept where no group moves by more than ``REPARAM_MIN_CHANGE``
-    and the MAP's scale is within ``BULK_SCALE_RATIO`` of the bulk's; otherwise the layer
-    moves to ``c_j`` and its MAP is searched from the bulk's point
-    (:func:`~pymc_bigdata.model.group_fit.bulk_point`). Costs, once per ``layer`` (later
-    steps on it share the result, :meth:`~pymc_bigdata.MinibatchModel.derived`): one
-    compile of the centred layer's graphs; two full-data passes per effect and, where the
-    coordinates change, a second MAP search.
+    ``layer`` itself unless ``coordinates`` (``"whiten"`` or ``"centre"``) and the
+    (continuous, held-variable free) model has loc-scale effects. From the model's MAP,
+    :func:`~pymc_bigdata.model.group_fit.fit_groups` reads each group's curvature and data
+    estimate and the scale of the posterior's bulk (a joint MAP's scale is inflated when the
+    model is written non-centred and can collapse when centred), and
+    :func:`~pymc_bigdata.model.reparam.choose_centredness` gives ``c_j``. The model's
+    coordinates are kept where no group moves by more than ``REPARAM_MIN_CHANGE`` and the
+    MAP's scale is within ``BULK_SCALE_RATIO`` of the bulk's; otherwise the layer moves to
+    the coordinates asked for, ``"centre"``: ``c_j``; ``"whiten"``: each group standardised
+    by its conditional posterior given ``(loc, scale)``
+    (:class:`~pymc_bigdata.model.whitening.WhitenedLocScale`, from the same fit), and its MAP
+    is searched from the bulk's point (:func:`~pymc_bigdata.model.group_fit.bulk_point`).
+    Costs, once per ``layer`` and ``coordinates`` (later steps on it share the result,
+    :meth:`~pymc_bigdata.MinibatchModel.derived`): one compile of the new layer's graphs
+    (``"centre"`` compiles it before the decision, as its MAP is searched there); two
+    full-data passes per effect and, where the coordinates change, a second MAP search.
     """
-    if not reparameterize or layer.reparam is not None or layer.held_vars or layer.discrete:
+    if coordinates is None or layer.reparam is not None or layer.held_vars or layer.discrete:
         return layer
-    return layer.derived("sampling", lambda: _centred_layer(layer))
+    return layer.derived("sampling-" + coordinates, lambda: _moved_layer(layer, coordinates))
 
 
-def _centred_layer(layer: MinibatchModel) -> MinibatchModel:
+def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     """:func:`sampling_layer`'s layer for a layer in the model's own coordinates."""
     effects = loc_scale_effects(layer)
     if not effects:
         return layer
-    reparams = [LocScaleReparam(e, e.model_centredness) for e in effects]
-    reparam = LocScaleReparams(reparams)
-    centred = layer.reparameterised(reparam)
+    identity = LocScaleReparams([LocScaleReparam(e, e.model_centredness) for e in effects])
+    # "centre" moves this layer's shared centredness; "whiten" builds its own layer below
+    searched = layer if coordinates == "whiten" else layer.reparameterised(identity)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the step's own start reports on its fit
-        theta = centred.map_estimate().theta  # the model's own coordinates still
+        theta = searched.map_estimate().theta  # the model's own coordinates still
     if not np.all(np.isfinite(theta)):
-        return centred
+        return searched
     with np.errstate(all="ignore"):
-        fits = _fit_effects(effects, centred, theta, reparam.parents_first)
+        fits = _fit_effects(effects, searched, theta, identity.parents_first)
     chosen = [
         _snapped(choose_centredness(f.information_below(PARENT_SCALE_SDS if e.children else 0)))
         for e, f in zip(effects, fits)
@@ -160,10 +201,16 @@ def _centred_layer(layer: MinibatchModel) -> MinibatchModel:
     moves = [np.max(np.abs(c - e.model_centredness)) for e, c in zip(effects, chosen)]
     off_bulk = [abs(np.log(scale_at(e, theta) / f.scale)) for e, f in zip(effects, fits)]
     if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk) <= np.log(BULK_SCALE_RATIO):
-        return centred
+        return searched
     start = theta
-    for i in reparam.parents_first:  # a nested effect's bulk is about its parents' new point
-        reparams[i].set_centredness(chosen[i])
+    for i in identity.parents_first:  # a nested effect's bulk is about its parents' new point
         start = bulk_point(effects[i], start, fits[i])
-    centred.map_estimate(reparam.from_model(start))  # cached for the step's start
-    return centred
+    if coordinates == "whiten":
+        moved = LocScaleReparams(_whitened(effects, fits))
+        searched = layer.reparameterised(moved)
+    else:
+        for reparam, c in zip(identity.reparams, chosen):
+            reparam.set_centredness(c)
+        moved = identity
+    searched.map_estimate(moved.from_model(start))  # cached for the step's start
+    return searched

@@ -91,9 +91,7 @@ def hierarchy():
 def _extensions(step) -> dict[str, bool]:
     """Which shared extensions a constructed step has on."""
     reparam = step.layer.reparam
-    recentred = reparam is not None and any(
-        np.any(r.centredness != r.effect.model_centredness) for r in reparam.reparams
-    )
+    recentred = reparam is not None and reparam.moves_coordinates
     return {
         "control variates": step.cv_mode != "none",
         "preconditioner": step.precond.kind != "identity",
