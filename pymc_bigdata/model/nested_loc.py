@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor.tensor as pt
 
-__all__ = ["ParentLoc", "log_scale_of"]
+__all__ = ["ParentLoc", "effect_loc", "effect_log_scale", "log_scale_of", "symbolic_loc_scale"]
 
 
 def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -30,6 +30,34 @@ def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, 
     if transform == "log":
         return value, np.ones_like(value)
     return np.log(np.abs(value)), 1.0 / value
+
+
+def effect_loc(effect, x: np.ndarray) -> np.ndarray:
+    """A loc-scale effect's ``loc`` at ``x`` (shape ``(..., d)``): shape (..., 1), or
+    (..., J) for groups nested in parents (``effect.parent``)."""
+    if effect.parent is not None:
+        return effect.parent.value(x)
+    if effect.loc_slice is None:
+        return np.full(x.shape[:-1] + (1,), effect.loc_value)
+    return x[..., effect.loc_slice]
+
+
+def effect_log_scale(effect, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A loc-scale effect's ``log(scale)`` at ``x`` and its derivative in the scale's value,
+    shape (..., 1) each."""
+    return log_scale_of(x[..., effect.scale_slice], effect.scale_transform)
+
+
+def symbolic_loc_scale(effect, x: pt.TensorVariable) -> tuple:
+    """A loc-scale effect's ``loc`` (a scalar, or (J,) for nested groups) and ``log(scale)``
+    at the symbolic vector ``x``."""
+    if effect.parent is not None:
+        loc = effect.parent.symbolic(x)
+    else:
+        loc = effect.loc_value if effect.loc_slice is None else x[effect.loc_slice][0]
+    value = x[effect.scale_slice][0]
+    log_scale = value if effect.scale_transform == "log" else pt.log(pt.abs(value))
+    return loc, log_scale
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,7 +29,7 @@ import pytensor
 import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
-from pymc_bigdata.model.nested_loc import log_scale_of
+from pymc_bigdata.model.nested_loc import effect_loc, effect_log_scale, symbolic_loc_scale
 from pymc_bigdata.model.whitening import WhitenedLocScale
 
 __all__ = ["LocScaleReparam", "LocScaleReparams", "choose_centredness"]
@@ -89,17 +89,10 @@ class LocScaleReparam:
 
     # ------------------------------------------------------------------ parts of a vector
     def _loc(self, x: np.ndarray) -> np.ndarray:
-        """``loc``, shape (..., 1), or (..., J) for groups nested in parents."""
-        e = self.effect
-        if e.parent is not None:
-            return e.parent.value(x)
-        if e.loc_slice is None:
-            return np.full(x.shape[:-1] + (1,), e.loc_value)
-        return x[..., e.loc_slice]
+        return effect_loc(self.effect, x)
 
     def _log_scale(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``log(scale)`` and its derivative in the scale's value, shape (..., 1) each."""
-        return log_scale_of(x[..., self.effect.scale_slice], self.effect.scale_transform)
+        return effect_log_scale(self.effect, x)
 
     def _factor(self, x: np.ndarray) -> np.ndarray:
         """``scale**(m - c_j)``, shape (..., J)."""
@@ -135,21 +128,14 @@ class LocScaleReparam:
         """The model's effect variable ``t`` (shape (J,)) at the symbolic vector ``phi``
         (Eq. 1)."""
         e, c, m = self.effect, self.shared_centredness, self.effect.model_centredness
-        if e.parent is not None:
-            loc = e.parent.symbolic(phi)
-        else:
-            loc = e.loc_value if e.loc_slice is None else phi[e.loc_slice][0]
-        factor = pt.exp(self._symbolic_log_scale(phi) * (m - c))
+        loc, log_scale = symbolic_loc_scale(e, phi)
+        factor = pt.exp(log_scale * (m - c))
         return m * loc + factor * (phi[e.effect_slice] - c * loc)
 
     def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
         """``log |det dtheta/dphi|`` at the symbolic ``phi`` (Eq. 3)."""
         power = self.effect.model_centredness - self.shared_centredness
-        return self._symbolic_log_scale(phi) * pt.sum(power)
-
-    def _symbolic_log_scale(self, phi: pt.TensorVariable) -> pt.TensorVariable:
-        value = phi[self.effect.scale_slice][0]
-        return value if self.effect.scale_transform == "log" else pt.log(pt.abs(value))
+        return symbolic_loc_scale(self.effect, phi)[1] * pt.sum(power)
 
     def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
         """The gradient in ``phi`` of ``f(to_model(phi)) + log_jacobian(phi)`` from

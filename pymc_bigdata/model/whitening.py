@@ -41,7 +41,12 @@ import pytensor
 import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
-from pymc_bigdata.model.nested_loc import log_scale_of
+from pymc_bigdata.model.nested_loc import (
+    effect_loc,
+    effect_log_scale,
+    log_scale_of,
+    symbolic_loc_scale,
+)
 
 __all__ = ["ChildrenReading", "WhitenedLocScale"]
 
@@ -183,19 +188,6 @@ class WhitenedLocScale:
         return self.kappa.tobytes() + self.estimate.tobytes()
 
     # ------------------------------------------------------------------ parts of a vector
-    def _loc(self, x: np.ndarray) -> np.ndarray:
-        """``loc``, shape (..., 1), or (..., J) for groups nested in parents."""
-        e = self.effect
-        if e.parent is not None:
-            return e.parent.value(x)
-        if e.loc_slice is None:
-            return np.full(x.shape[:-1] + (1,), e.loc_value)
-        return x[..., e.loc_slice]
-
-    def _log_scale(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``log(scale)`` and its derivative in the scale's value, shape (..., 1) each."""
-        return log_scale_of(x[..., self.effect.scale_slice], self.effect.scale_transform)
-
     def _fit_at(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``kappa_j``, ``a_j^`` and their derivatives in the children's scale's value (0
         without :attr:`children`)."""
@@ -206,8 +198,8 @@ class WhitenedLocScale:
 
     def _parts(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``loc``, ``scale``, ``h_j`` and ``a_j^ - loc`` at ``x``."""
-        loc = self._loc(x)
-        scale = np.exp(self._log_scale(x)[0])
+        loc = effect_loc(self.effect, x)
+        scale = np.exp(effect_log_scale(self.effect, x)[0])
         kappa, estimate, _, _ = self._fit_at(x)
         return loc, scale, kappa * scale**2, estimate - loc
 
@@ -244,13 +236,7 @@ class WhitenedLocScale:
 
     # ------------------------------------------------------------------ in PyTensor
     def _symbolic_parts(self, phi: pt.TensorVariable):
-        e = self.effect
-        if e.parent is not None:
-            loc = e.parent.symbolic(phi)
-        else:
-            loc = e.loc_value if e.loc_slice is None else phi[e.loc_slice][0]
-        value = phi[e.scale_slice][0]
-        log_scale = value if e.scale_transform == "log" else pt.log(pt.abs(value))
+        loc, log_scale = symbolic_loc_scale(self.effect, phi)
         kappa, estimate = (
             (self.shared_kappa, self.shared_estimate)
             if self.children is None
@@ -308,7 +294,7 @@ class WhitenedLocScale:
         through = np.sum(by_h * 2.0 * h + g_t * d_scale * scale, axis=-1, keepdims=True)
         if e.centred:
             through = through + e.n_groups
-        out[..., e.scale_slice] += self._log_scale(phi)[1] * through
+        out[..., e.scale_slice] += effect_log_scale(e, phi)[1] * through
         if self.children is not None:  # h and the offset through the children's scale
             by_children = by_h * d_kappa * scale**2 + g_t * d_offset * d_estimate
             out[..., self.children.scale_slice] += np.sum(by_children, axis=-1, keepdims=True)

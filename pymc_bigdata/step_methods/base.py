@@ -111,12 +111,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     reparameterize
-        ``"auto"``/``True`` (default, ``coordinates.REPARAMETERIZE_AUTO``): sample a
-        hierarchical model's loc-scale group effects in coordinates that follow how much its
-        rows say about each group, the draws mapped back to the model's own variables
-        (:mod:`.coordinates`): ``"whiten"``, each group standardised by its conditional
-        posterior given the scale (:mod:`pymc_bigdata.model.whitening`), or ``"centre"``, a
-        centredness per group fixed at the bulk's scale; ``False``: the model's own.
+        ``"auto"``/``True`` (default: ``"centre"``), ``"centre"`` or ``"whiten"``: sample a
+        hierarchical model's group effects in coordinates that follow what the rows say about
+        each group (:mod:`.coordinates`); ``False``: the model's own coordinates.
     rng
         Seed or generator; ``pm.sample`` replaces it per chain through ``setup_chain``.
     """

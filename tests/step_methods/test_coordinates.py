@@ -4,7 +4,7 @@ What each test proves (and the one-line mutation of the package it was seen to f
 
 * ``sampling_layer`` re-centres a non-centred model's data-rich groups with the rule's
   centredness at the model's MAP (``"centre"``), or whitens them with the same fit's
-  precisions and estimates (``"whiten"``, the default), keeps the model's coordinates where
+  precisions and estimates (``"whiten"``), keeps the model's coordinates where
   the rule agrees with them (data-poor groups) and when asked to (``reparameterize=False``);
 * a regions' effect whose groups the rule cannot measure is dropped (centred) or read from
   its rows (non-centred);
@@ -30,6 +30,7 @@ from pymc_bigdata.model.reparam import choose_centredness
 from pymc_bigdata.step_methods.coordinates import (
     NON_CENTRED_BELOW,
     REPARAM_MIN_CHANGE,
+    REPARAMETERIZE_AUTO,
     check_reparameterize,
     loc_scale_effects,
     sampling_layer,
@@ -78,7 +79,7 @@ def test_data_rich_groups_are_recentred_by_the_rule():
 
 
 def test_data_rich_groups_are_whitened_with_the_fit():
-    """``"whiten"`` (the default) moves the same groups as the rule would, each whitened by
+    """``"whiten"`` moves the same groups as the rule would, each whitened by
     its fit's precision and estimate (their centredness at the bulk's scale the rule's), and
     starts its MAP search in those coordinates from the bulk's point: the cached MAP is a
     mode of the whitened density near the bulk's scale, ``w`` near 0. Mutations, each seen
@@ -86,7 +87,7 @@ def test_data_rich_groups_are_whitened_with_the_fit():
     f.scale)`` (the estimates dropped: ``w`` of the data-rich groups far from 0);
     ``searched = layer.reparameterised(moved)`` -> ``searched = layer`` (no new layer)."""
     layer = MinibatchModel(_noncentred(RICH, 0.7))
-    assert check_reparameterize("auto") == check_reparameterize(True) == "whiten"
+    assert check_reparameterize("auto") == check_reparameterize(True) == REPARAMETERIZE_AUTO
     sampled = sampling_layer(layer, "whiten")
     [whitened] = sampled.reparam.reparams
     [effect] = loc_scale_effects(layer)

@@ -184,28 +184,66 @@ def sparse_regions_centred_run():
 def test_data_poor_regions_of_a_centred_model_go_non_centred(sparse_regions_centred_run):
     """Two levels written centred with data-poor regions (``sparse_regions``: 12 regions,
     9 of them 1 or 2 groups of 3 to 8 rows; ``b ~ Normal(mu, tau_b)``, which the likelihood
-    never reads): the regions' effect is whitened through its groups at their scale of the
-    point (``whitening.ChildrenReading``), data-poor regions less centred at the bulk's
-    scale than data-rich ones, and SGHMC's defaults meet the bars against the exact
-    posterior on every coordinate, ``log tau_b``'s sd included, with no bias alarm.
-
-    ``log tau_b`` has an exponential left tail (skew -2.8, kurtosis 25; 0.56 % of the mass
-    below -3). Sampled centred per group at the bulk's scale (``reparameterize="centre"``,
-    the default before the whitening) SGHMC's sd of it was short here (0.896, and 0.836
-    before the re-runs of stiff draws) and on 41 of 42 runs of seven samplers
-    (``benchmarks/results/hard_targets_sparse_regions_seeds.md``): there the regions centred
-    at the bulk's scale stiffen as ``tau_b`` shrinks. One seed of a kurtosis-25 coordinate is
-    a weak judge (2,000 independent draws land within [0.9, 1.1] 93 % of the time); the
-    seeds of ``benchmarks/results/sparse_regions_whitened_*.md`` are the measurement.
-    Caught, each watched failing: ``REPARAMETERIZE_AUTO = "centre"`` (the sd of ``log
-    tau_b`` 0.896 and no children's reading); ``_mark_parents`` returning at once (``b``
-    left centred: the chain crawls, its alarm raised)."""
+    never reads): the regions' effect is re-centred through its groups
+    (``group_fit.fit_parent``), data-poor regions less centred than data-rich ones, and
+    SGHMC's defaults meet the bars against the exact posterior, with no bias alarm, on every
+    coordinate but ``log tau_b``'s sd (the next test). Caught, each watched failing (the
+    centredness checks removed, so that sampling decides): ``_mark_parents`` returning at
+    once (``b`` left centred: the chain crawls, ESS 7 in ``mu``, its alarm raised); with the
+    centredness checks, ``PARENT_SCALE_SDS = 0`` (data-poor regions' centredness up to
+    0.89)."""
     model, step, idata = sparse_regions_centred_run
     [regions] = [r for r in step.layer.reparam.reparams if r.effect.children is not None]
     assert regions.effect.name == "b" and regions.effect.centred
+    rich, poor = regions.centredness[:3], regions.centredness[3:]  # regions 0-2 data-rich
+    assert np.all(poor < 0.5) and np.any(poor == 0.0) and np.all(rich > 0.5)
+    assert_bars_everywhere(
+        pmbd.SGHMC, model, idata, reference("sparse_regions"), sd_unjudged=("tau_b_log__",)
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: log tau_b's left tail is under-sampled")
+def test_the_regions_scale_keeps_its_left_tail(sparse_regions_centred_run):
+    """Known defect, kept as a strict xfail so that its fix shows: ``log tau_b`` of
+    ``sparse_regions`` has an exponential left tail (skew -2.8, kurtosis 25; 0.56 % of the
+    mass below -3), and SGHMC's defaults sample too little of it: sd ratio 0.836 here, 0.87
+    over 2 x 20,000 draws of the non-centred model (0.18 % of the draws below -3;
+    ``benchmarks/results/sparse_regions_tail.md``, where single runs with less gradient
+    noise or a smaller step are too short to show what fixes it). An exact sampler's 2,000
+    independent draws land within [0.9, 1.1] 93 % of the time. Since the re-runs of stiff
+    draws (``max_refinements``) 0.896 here; over 2 x 10,000 draws at seeds 1-4 the sd ratio
+    is 0.86-1.05 (median 0.96) and the share below -4 0.6 times the exact one
+    (``benchmarks/results/sparse_regions_tail_refinement.md``): better, not yet there."""
+    model, _, idata = sparse_regions_centred_run
+    ref = reference("sparse_regions")
+    ratio = unconstrained_draws(model, idata, "tau_b_log__").std() / ref["tau_b_log____sd"][0]
+    assert 0.9 <= ratio <= 1.1, f"log tau_b's sd ratio {ratio:.3f}"
+
+
+def test_whitened_regions_keep_the_scales_left_tail():
+    """The centred ``sparse_regions`` of the two tests above, sampled in whitened coordinates
+    (``reparameterize="whiten"``): the regions' effect is whitened through its groups at
+    their scale of the point (``whitening.ChildrenReading``), every data-poor region less
+    centred at the bulk's scale than every data-rich one, and SGHMC's defaults meet the bars against the
+    exact posterior on every coordinate, ``log tau_b``'s sd included (the known defect of the
+    default coordinates, above), with no bias alarm.
+
+    One seed of a kurtosis-25 coordinate is a weak judge (2,000 independent draws land
+    within [0.9, 1.1] 93 % of the time); the three seeds of every sampler in
+    ``benchmarks/results/sparse_regions_whitened_7197607_*.md`` are the measurement (the sd
+    ratio's median over the runs 0.83 in the default coordinates, 0.92 whitened). Caught,
+    each watched failing: ``reparameterize="centre"`` here (the sd of ``log tau_b`` 0.896);
+    ``children`` not passed in ``coordinates._whitened`` (the regions whitened at the
+    groups' bulk scale only: no children's reading, the first assertion)."""
+    model = sparse_regions(centred=True)
+    step = pmbd.SGHMC(model=model, reparameterize="whiten")
+    [regions] = [r for r in step.layer.reparam.reparams if r.effect.children is not None]
     assert isinstance(regions, WhitenedLocScale) and regions.children is not None
     rich, poor = regions.centredness[:3], regions.centredness[3:]  # regions 0-2 data-rich
-    assert np.all(poor < 0.5) and np.all(rich > 0.5)
+    assert rich.min() > poor.max(), (rich, poor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, step, seed=2026)
     assert_bars_everywhere(pmbd.SGHMC, model, idata, reference("sparse_regions"))
 
 
