@@ -224,9 +224,9 @@ def test_whitened_regions_keep_the_scales_left_tail():
     """The centred ``sparse_regions`` of the two tests above, sampled in whitened coordinates
     (``reparameterize="whiten"``): the regions' effect is whitened through its groups at
     their scale of the point (``whitening.ChildrenReading``), every data-poor region less
-    centred at the bulk's scale than every data-rich one, and SGHMC's defaults meet the bars against the
-    exact posterior on every coordinate, ``log tau_b``'s sd included (the known defect of the
-    default coordinates, above), with no bias alarm.
+    centred at the bulk's scale than every data-rich one, and SGHMC's defaults meet the bars
+    against the exact posterior on every coordinate, ``log tau_b``'s sd included (the known
+    defect of the default coordinates, above), with no bias alarm.
 
     One seed of a kurtosis-25 coordinate is a weak judge (2,000 independent draws land
     within [0.9, 1.1] 93 % of the time); the three seeds of every sampler in
