@@ -7,13 +7,12 @@ non-centred form, a data-poor group makes the centred form a funnel. With
 ``reparameterize="auto"`` (the default) a step samples each effect in coordinates that follow
 how much its rows say about each group (each group's curvature at the model's MAP and the
 scale of the posterior's bulk, :func:`~pymc_bigdata.model.group_fit.fit_groups`): each group
-centred per group at the bulk's scale (``"centre"``, the default,
+centred at the bulk's scale (``"centre"``, the default,
 :func:`~pymc_bigdata.model.reparam.choose_centredness`) or, when asked for, whitened by its
 conditional posterior at every scale (``"whiten"``, :mod:`~pymc_bigdata.model.whitening`),
-through a layer of
-the same model in those coordinates (:meth:`~pymc_bigdata.MinibatchModel.reparameterised`);
-the draws are mapped back to the model's own variables, so the user's model and the result's
-variables are unchanged.
+through a layer of the same model in those coordinates
+(:meth:`~pymc_bigdata.MinibatchModel.reparameterised`); the draws are mapped back to the
+model's own variables, so the user's model and the result's variables are unchanged.
 """
 
 from __future__ import annotations
