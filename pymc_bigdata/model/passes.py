@@ -16,6 +16,7 @@ import numpy as np
 
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.model.compiled import CompiledModel
+from pymc_bigdata.model.hessian_diagonal import two_scale_diagonal
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -110,18 +111,18 @@ class FullDataPasses:
     ) -> np.ndarray:
         """Hutchinson estimate of the diagonal of the full-data log-likelihood Hessian.
 
-        ``mean_k v_k * (H v_k)`` over Rademacher probes ``v_k``: ``n_probes`` full-data HVP
-        passes and O(d) memory, for models too large for :meth:`full_loglik_hessian`.  Its
-        error in entry j is ``sqrt(sum_{k != j} H_jk^2 / n_probes)``; it serves as a starting
-        preconditioner that tuning refines from the chain's draws.
+        ``n_probes`` full-data HVP passes and O(d) memory, for models too large for
+        :meth:`full_loglik_hessian`: half with Rademacher probes, half with probes scaled
+        by the first half's curvatures, combined per coordinate by inverse variance
+        (:func:`~pymc_bigdata.model.hessian_diagonal.two_scale_diagonal`, which says why);
+        it serves as a starting preconditioner that tuning refines from the chain's draws.
         """
-        dim = self.compiled.graph.dim
-        rng = np.random.default_rng(seed)
-        total = np.zeros(dim)
-        for _ in range(n_probes):
-            probe = rng.choice(np.array([-1.0, 1.0]), size=dim)
-            total += probe * self.full_loglik_hvp(theta, probe)
-        return total / n_probes
+        return two_scale_diagonal(
+            lambda probe: self.full_loglik_hvp(theta, probe),
+            self.compiled.graph.dim,
+            n_probes,
+            np.random.default_rng(seed),
+        )
 
     def influence_chunks(
         self, theta: np.ndarray, directions: list[np.ndarray]

@@ -1,0 +1,79 @@
+"""The diagonal of a Hessian from Hessian-vector products alone (Hutchinson's estimator),
+for models too large for a dense Hessian.
+
+With Rademacher probes ``v`` (entries ±1), ``v_j (H v)_j = H_jj + sum_{k != j} v_j v_k H_jk``:
+unbiased, with variance ``sum_{k != j} H_jk^2`` per probe. Where the coordinates' curvatures
+differ by orders of magnitude that variance can bury the small ones: on the crossed ratings
+whitened (d = 4,004), each group's ``w_j`` has curvature 1 and a coupling of about 4 to the
+intercept (whose curvature is 43,600: a correlation of 0.02), so 32 probes read its curvature
+with an sd of 0.8, some below 0. Probes scaled by ``s_k = 1 / sqrt(|H_kk|)`` (from a first
+estimate) have variance ``H_jj^2 sum_k rho_jk^2`` instead, in units of each coordinate's own
+curvature (``rho``: the Hessian's correlations), which is small for the groups but not for the
+intercept, correlated a little with each of 4,000 groups. :func:`two_scale_diagonal` reads
+half its probes each way and keeps, per coordinate, the inverse-variance mean of the two
+estimates, each variance estimated from its own probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["PILOT_FLOOR", "hutchinson_diagonal", "two_scale_diagonal"]
+
+#: the scaled probes' pilot curvature is at least this fraction of the largest one (a zero or
+#: negative first estimate must not give a coordinate an unbounded probe entry)
+PILOT_FLOOR = 1e-8
+
+
+def hutchinson_diagonal(
+    hvp: Callable[[np.ndarray], np.ndarray],
+    dim: int,
+    n_probes: int,
+    rng: np.random.Generator,
+    scale: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hutchinson's estimate of ``diag(H)`` from ``n_probes`` products ``hvp(v) = H v``.
+
+    With ``scale`` the probes are ``scale * v`` (Rademacher ``v``) and each product is
+    divided back, ``v_j (H (scale * v))_j / scale_j``: still unbiased for ``H_jj``, with
+    variance ``sum_{k != j} H_jk^2 scale_k^2 / scale_j^2`` per probe.
+
+    Returns
+    -------
+    estimate : ndarray, shape (dim,)
+        The mean over the probes.
+    variance : ndarray, shape (dim,)
+        Its variance, from the probes' spread (``inf`` with a single probe).
+    """
+    scale = np.ones(dim) if scale is None else np.asarray(scale, dtype=np.float64)
+    values = np.empty((n_probes, dim))
+    for k in range(n_probes):
+        probe = rng.choice(np.array([-1.0, 1.0]), size=dim)
+        values[k] = probe * hvp(scale * probe) / scale
+    estimate = values.mean(axis=0)
+    if n_probes < 2:
+        return estimate, np.full(dim, np.inf)
+    return estimate, values.var(axis=0, ddof=1) / n_probes
+
+
+def two_scale_diagonal(
+    hvp: Callable[[np.ndarray], np.ndarray], dim: int, n_probes: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``diag(H)`` from ``n_probes`` products: half plain, half scaled by the first half's
+    ``1 / sqrt(|H_jj|)``, combined per coordinate by inverse variance (module docstring).
+    With fewer than 4 probes, all plain."""
+    if n_probes < 4:
+        return hutchinson_diagonal(hvp, dim, n_probes, rng)[0]
+    first = n_probes // 2
+    plain, plain_var = hutchinson_diagonal(hvp, dim, first, rng)
+    pilot = np.abs(plain)
+    pilot = np.maximum(pilot, PILOT_FLOOR * max(float(pilot.max(initial=0.0)), 1e-300))
+    scaled, scaled_var = hutchinson_diagonal(
+        hvp, dim, n_probes - first, rng, scale=1.0 / np.sqrt(pilot)
+    )
+    tiny = np.finfo(np.float64).tiny
+    w_plain = 1.0 / np.maximum(plain_var, tiny)
+    w_scaled = 1.0 / np.maximum(scaled_var, tiny)
+    return (w_plain * plain + w_scaled * scaled) / (w_plain + w_scaled)
