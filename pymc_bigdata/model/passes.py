@@ -16,7 +16,7 @@ import numpy as np
 
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.model.compiled import CompiledModel
-from pymc_bigdata.model.hessian_diagonal import two_scale_diagonal
+from pymc_bigdata.model.hessian_diagonal import refined_diagonal
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -111,13 +111,13 @@ class FullDataPasses:
     ) -> np.ndarray:
         """Hutchinson estimate of the diagonal of the full-data log-likelihood Hessian.
 
-        ``n_probes`` full-data HVP passes and O(d) memory, for models too large for
-        :meth:`full_loglik_hessian`: half with Rademacher probes, half with probes scaled
-        by the first half's curvatures, combined per coordinate by inverse variance
-        (:func:`~pymc_bigdata.model.hessian_diagonal.two_scale_diagonal`, which says why);
-        it serves as a starting preconditioner that tuning refines from the chain's draws.
+        ``n_probes`` full-data HVP passes with Rademacher probes and O(d) memory, for models
+        too large for :meth:`full_loglik_hessian`; where they leave a coordinate's curvature
+        unplaced, ``n_probes`` more with probes scaled by the first read's curvatures
+        (:func:`~pymc_bigdata.model.hessian_diagonal.refined_diagonal`, which says why). It
+        serves as a starting preconditioner that tuning refines from the chain's draws.
         """
-        return two_scale_diagonal(
+        return refined_diagonal(
             lambda probe: self.full_loglik_hvp(theta, probe),
             self.compiled.graph.dim,
             n_probes,
