@@ -149,6 +149,33 @@ def test_crossed_ratings_residual_scale_with_defaults():
     assert_bars_everywhere(pmbd.SGHMC, model, idata, ref)
 
 
+def test_whitened_crossed_ratings_are_read_at_a_mode():
+    """The crossed ratings written centred, ``reparameterize="whiten"``: the model's own MAP
+    is where the scales collapse (``log s`` near -21, the residual sd 2.2 times its
+    posterior's), so the groups are read at the per-group centring's mode instead: every
+    ``kappa_j`` is 20 ratings over the residual variance there (20 / 0.92), the whitened
+    layer's MAP is a usable mode with every group's ``w_j`` at 0 and its curvature read
+    near 1 (the exact value on this Gaussian model). Caught (watched failing): the groups
+    read at the model's MAP (``kappa_j`` 4.2, ``w_j`` up to 2.5, no usable mode); the
+    curvature read by plain probes only (some below 0: no usable mode); the scaled probes'
+    pilot without the first read's sd (a group's curvature read 0.29)."""
+    model = crossed_ratings(centred=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pmbd.SGHMC(model=model, reparameterize="whiten")
+    reparams = step.layer.reparam.reparams
+    assert all(isinstance(r, WhitenedLocScale) for r in reparams)
+    mode = step.layer.map_estimate()
+    sigma = np.exp(mode.theta[3])  # mu, s_r, s_i, sigma, then r and i
+    for r in reparams:
+        np.testing.assert_allclose(r.kappa, 20.0 / sigma**2, rtol=0.05)
+    assert mode.problem is None
+    effects = np.concatenate([mode.theta[r.effect.effect_slice] for r in reparams])
+    assert np.max(np.abs(effects)) < 0.05
+    curvature = np.concatenate([mode.hessian[r.effect.effect_slice] for r in reparams])
+    assert 0.6 < curvature.min() and curvature.max() < 1.5
+
+
 def test_two_level_hierarchy_with_defaults():
     """Groups nested in regions, written non-centred (``two_level_logistic``: 60 groups of
     5 to 6,929 rows in 6 regions, 60,000 rows, ``a = b[region] + tau_a z_a`` with
