@@ -12,9 +12,8 @@ curvature (``rho``: the Hessian's correlations), which is small for the groups b
 intercept, correlated a little with each of 4,000 groups. :func:`refined_diagonal` reads the
 plain probes first and, only where they leave some coordinate's curvature unplaced (its
 estimated sd above ``RELATIVE_SD_LIMIT`` times its size: not even its sign), as many scaled
-ones, keeping per
-coordinate the inverse-variance mean of the two estimates, each variance estimated from its
-own probes.
+ones, keeping per coordinate the inverse-variance mean of the two estimates, each variance
+estimated from its own probes.
 """
 
 from __future__ import annotations
