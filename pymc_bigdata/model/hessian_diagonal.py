@@ -56,14 +56,17 @@ def hutchinson_diagonal(
         Its variance, from the probes' spread (``inf`` with a single probe).
     """
     scale = np.ones(dim) if scale is None else np.asarray(scale, dtype=np.float64)
-    values = np.empty((n_probes, dim))
-    for k in range(n_probes):
+    total, total_sq = np.zeros(dim), np.zeros(dim)  # O(d) memory, whatever n_probes is
+    for _ in range(n_probes):
         probe = rng.choice(np.array([-1.0, 1.0]), size=dim)
-        values[k] = probe * hvp(scale * probe) / scale
-    estimate = values.mean(axis=0)
+        value = probe * hvp(scale * probe) / scale
+        total += value
+        total_sq += value * value
+    estimate = total / n_probes
     if n_probes < 2:
         return estimate, np.full(dim, np.inf)
-    return estimate, values.var(axis=0, ddof=1) / n_probes
+    spread = np.maximum(total_sq - total * estimate, 0.0) / (n_probes - 1)
+    return estimate, spread / n_probes
 
 
 def refined_diagonal(
