@@ -387,6 +387,24 @@ def test_control_variate_estimates(case):
     )
 
 
+def test_directional_parts_and_grad_in_one_call(case):
+    """directional_parts_and_grad: the prior's and each row's directional derivative (minus
+    the anchor's) from row gradients, and estimate_grad with the same rows and weights."""
+    layer, theta, rows, v = case.layer, case.theta, case.batch, case.direction
+    weights = np.random.default_rng(4).uniform(0.5, 2.0, BATCH_ROWS) * case.scale
+    row_slopes = layer.row_gradients(theta, rows) @ v
+    prior_slope = layer.prior_logp_grad(theta)[1] @ v
+    for anchor in (None, case.anchor):
+        prior, per_row, gradient = layer.directional_parts_and_grad(theta, v, rows, anchor, weights)
+        want = row_slopes
+        if anchor is not None:
+            want = row_slopes - layer.row_gradients(anchor.theta, rows) @ v
+        assert_close(prior, prior_slope, abs(prior_slope) + 1.0, what="prior slope")
+        assert_close(per_row, want, np.abs(row_slopes) + np.abs(want), what="row slopes")
+        want_g = layer.estimate_grad(theta, rows, anchor, weights)
+        assert_close(gradient, want_g, np.abs(want_g) + 1.0, what="gradient")
+
+
 # ---------------------------------------------------------------------- per-row derivatives
 def test_row_directional_derivatives_equal_row_gradients_times_v(case):
     """row_directional_derivatives(theta, v) == row_gradients(theta) @ v for every row."""

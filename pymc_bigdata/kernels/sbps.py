@@ -274,7 +274,7 @@ def _travel(
             path.move_to(x, event - clock)
             left -= event - clock
             clock = event
-            if not np.all(np.isfinite(x)):
+            if not np.isfinite(x).all():
                 raise _NonFinite
             if event == stop:
                 break
@@ -441,7 +441,7 @@ def _bounce(
     _NonFinite
         When ``g`` is not finite.
     """
-    if not np.all(np.isfinite(gradient)):
+    if not np.isfinite(gradient).all():
         raise _NonFinite
     v = reflect(v, metric * gradient)
     if settings.metric_adaptation is not None and not settings.metric_every_observation:
@@ -470,7 +470,7 @@ def _learn_metric(
         When the gradient is not finite.
     """
     gradient = obs.gradient()
-    if not np.all(np.isfinite(gradient)):
+    if not np.isfinite(gradient).all():
         raise _NonFinite
     grad_sq, metric = adapt_metric(grad_sq, gradient, *adaptation)
     return grad_sq, metric, obs._replace(gradient=lambda: gradient)

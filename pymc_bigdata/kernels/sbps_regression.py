@@ -140,7 +140,12 @@ def band_knots(fit: LineFit, start: float, scale: float, k: float) -> tuple[list
     knots.
     """
     knots = [start + scale * offset for offset in KNOT_OFFSETS]
-    return knots, [fit.upper_band_at(t, k) for t in knots]
+    beta0, beta1, v00, v01, v11, last = fit  # :meth:`LineFit.upper_band_at`, inlined
+    rates = []
+    for t in knots:
+        var = v00 + 2.0 * v01 * t + v11 * t * t + last
+        rates.append(beta0 + beta1 * t + k * math.sqrt(0.0 if var < 0.0 else var))
+    return knots, rates
 
 
 def prior_step(

@@ -338,17 +338,19 @@ class CompiledModel:
         return self.compile([g.theta, g.direction, *g.row_inputs], self._row_jvp_graph)
 
     @cached_property
-    def directional_parts_fns(self) -> dict[bool, Function]:
-        """Prior directional derivative and per-row ones (minus the anchor's), one call."""
+    def directional_grad_fns(self) -> dict[bool, Function]:
+        """The prior's directional derivative, the rows' ones (minus the anchor's) and the
+        weighted gradient estimate of :attr:`grad_fn` (:attr:`cv_grad_fn` with an anchor) on
+        the same rows, one call: ``(theta, [anchor,] direction, *rows, weights)``."""
         g = self.graph
         prior = pushforward(g.prior_graph, g.theta, g.direction)
         rows = self._row_jvp_graph
+        plain = [g.theta, g.direction, *g.row_inputs, self.weights]
+        anchored = [g.theta, g.anchor, g.direction, *g.row_inputs, self.weights]
+        residual = rows - clone_replace(rows, {g.theta: g.anchor})
         return {
-            False: self.compile([g.theta, g.direction, *g.row_inputs], [prior, rows]),
-            True: self.compile(
-                [g.theta, g.anchor, g.direction, *g.row_inputs],
-                [prior, rows - clone_replace(rows, {g.theta: g.anchor})],
-            ),
+            False: self.compile(plain, [prior, rows, self._estimate_grad_graph(False)]),
+            True: self.compile(anchored, [prior, residual, self._estimate_grad_graph(True)]),
         }
 
     @cached_property

@@ -287,28 +287,28 @@ class MinibatchModel:
         """``direction . grad l_i(theta)`` for every given row, shape (n,), by forward mode."""
         return self.compiled.row_directional_derivatives(theta, direction, rows)
 
-    def directional_parts(
+    def directional_parts_and_grad(
         self,
         theta: np.ndarray,
         direction: np.ndarray,
         rows: list[np.ndarray],
         anchor: Anchor | None = None,
-    ) -> tuple[float, np.ndarray]:
-        """The pieces of a minibatch estimate of ``direction . grad log p(theta)``.
+        weights: np.ndarray | None = None,
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """The pieces of a minibatch estimate of ``direction . grad log p(theta)``, and
+        :meth:`estimate_grad` on the same rows and ``weights``, in one compiled call.
 
-        Returns the log prior's directional derivative (with the transforms' Jacobians) and,
-        per given row, ``u . grad l_i(theta)`` or with an anchor the control-variate residual
-        ``u . [grad l_i(theta) - grad l_i(theta*)]``: one forward pass over the rows (two with
-        an anchor), no gradient.  The caller weights and sums the rows, adds
-        ``u . anchor.loglik_grad`` with an anchor, and has the rows' spread for the noise.
+        Returns the log prior's directional derivative (with the transforms' Jacobians),
+        per row ``u . grad l_i(theta)`` or with an anchor ``u . [grad l_i(theta) -
+        grad l_i(theta*)]`` (the caller weights and sums them, adds ``u . anchor.loglik_grad``,
+        has their spread for the noise), and the gradient estimate (SBPS's bounces need it).
         """
         u = np.asarray(direction, dtype=np.float64)
-        fn = self.compiled.directional_parts_fns[anchor is not None]
-        if anchor is None:
-            prior, per_row = fn(theta, u, *rows)
-        else:
-            prior, per_row = fn(theta, anchor.theta, u, *rows)
-        return float(prior), per_row
+        weights = self.uniform_weights(len(rows[0])) if weights is None else weights
+        anchored = () if anchor is None else (anchor.theta,)
+        fn = self.compiled.directional_grad_fns[anchor is not None]
+        prior, per_row, gradient = fn(theta, *anchored, u, *rows, weights)
+        return float(prior), per_row, gradient + (0.0 if anchor is None else anchor.loglik_grad)
 
     def row_gradients(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
         """Per-row gradients ``grad l_i(theta)``, shape (n, d)."""

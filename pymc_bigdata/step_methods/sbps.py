@@ -385,14 +385,16 @@ class SBPS(SubsamplingStep):
     def _observe(self, z: np.ndarray, direction_z: np.ndarray) -> Observation:
         """``G_hat = direction . grad_z U`` on a fresh minibatch (Eqs. 7-8, with the census
         stratum and control variates), its noise variance (Eq. 10) and the same rows'
-        gradient of ``U`` in z, on demand."""
+        gradient of ``U`` in z (computed in the same call: a bounce needs it)."""
         theta = self.precond.theta(z)
         u = self.precond.direction(direction_z)
         rows = self.minibatches.with_census(self.minibatches.draw())
         n_census, n = len(self.census), self.batch_size
         touched = n + n_census
         try:
-            prior, per_row = self.layer.directional_parts(theta, u, rows, self.anchor)
+            prior, per_row, grad_theta = self.layer.directional_parts_and_grad(
+                theta, u, rows, self.anchor, self.minibatches.weights
+            )
         except ParameterValueError:
             return Observation(math.nan, math.nan, touched, lambda: np.full(len(z), np.nan))
         sampled = per_row[n_census:]
@@ -403,12 +405,7 @@ class SBPS(SubsamplingStep):
             slope += float(u @ self.anchor.loglik_grad)
         spread = (float(sampled @ sampled) - total * total / n) / (n - 1)  # sample variance
         noise_var = pool * pool * self.minibatches.batch_factor(n) * max(spread, 0.0)
-
-        def gradient() -> np.ndarray:
-            g = self.layer.estimate_grad(theta, rows, self.anchor, self.minibatches.weights)
-            return -self.precond.grad_z(g)
-
-        return Observation(-slope, noise_var, touched, gradient)
+        return Observation(-slope, noise_var, touched, lambda: -self.precond.grad_z(grad_theta))
 
     # ------------------------------------------------------------------ stats and checks
     def _extra_stats(self) -> dict[str, Any]:
