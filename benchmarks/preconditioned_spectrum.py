@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
             print(table(rows, commit), flush=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.md").write_text(table(rows, commit))
-    (RESULTS / f"{args.out}.json").write_text(json.dumps({"commit": commit, "rows": rows}, indent=1))
+    payload = {"commit": commit, "rows": rows}
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(payload, indent=1))
 
 
 if __name__ == "__main__":
