@@ -185,6 +185,7 @@ def run_one(
     reparameterize: bool | str = "auto",
     seed: int = 2026,
     gather: str | None = None,
+    low_rank: int = 0,
 ) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
@@ -192,6 +193,8 @@ def run_one(
         kwargs = {}  # the paper's batch size is part of its settings; HMC-ECS chooses its m
     if reparameterize != "auto":
         kwargs["reparameterize"] = reparameterize
+    if low_rank:
+        kwargs["low_rank"] = low_rank
     start = time.perf_counter()
     if gather is not None:  # every row array read through this gather (the models' arrays
         # are in memory; pmbd.Data(..., gather=...) is the user's way to ask for it)
@@ -440,6 +443,13 @@ def main(argv=None) -> None:
         help="how minibatches read the rows (default: the row source's: windows for "
         "in-memory rows of at least 100 minibatches, else uniform rows)",
     )
+    parser.add_argument(
+        "--low-rank",
+        type=int,
+        default=0,
+        help="low_rank: correct the diagonal preconditioner along this many flattest and "
+        "stiffest directions (default 0: none)",
+    )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
     coordinates = False if args.model_coordinates else (args.coordinates or "auto")
@@ -456,7 +466,11 @@ def main(argv=None) -> None:
         )
         for sampler in samplers:
             for seed in args.seeds:
-                rows.append(run_one(name, model, ref, sampler, coordinates, seed, args.gather))
+                rows.append(
+                    run_one(
+                        name, model, ref, sampler, coordinates, seed, args.gather, args.low_rank
+                    )
+                )
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = (
         f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"
@@ -467,6 +481,7 @@ def main(argv=None) -> None:
         + ("; reparameterize=False" if args.model_coordinates else "")
         + (f'; reparameterize="{args.coordinates}"' if args.coordinates else "")
         + (f'; gather="{args.gather}"' if args.gather else "")
+        + (f"; low_rank={args.low_rank}" if args.low_rank else "")
         + ".\n\n"
         + table(rows)
         + "\n"

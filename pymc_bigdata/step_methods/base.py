@@ -42,6 +42,7 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     MinibatchEstimator,
 )
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
+from pymc_bigdata.step_methods.low_rank import low_rank_corrected
 from pymc_bigdata.step_methods.minibatches import MEASURE_ROWS, Minibatches
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.progress import ProgressColumns
@@ -83,6 +84,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     preconditioner
         ``"auto"`` (dense up to 200 parameters, diagonal beyond), ``"dense"``, ``"diag"`` or
         ``"identity"``; from the Laplace fit, then from the chain's draws in tuning.
+    low_rank
+        Correct a diagonal preconditioner along the ``low_rank`` flattest and as many
+        stiffest directions of the posterior (:mod:`.low_rank`); 0 (default): none.
     control_variates
         ``True``/``"auto"`` (default: second order where tuning finds that it lowers the
         noise enough, else first), ``"first"``, ``"second"`` (the dense Hessian, d <= 2000)
@@ -129,6 +133,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     #: whether ``_transitions`` calls the gradient oracle (False: the sampler evaluates its
     #: own estimates, HMC-ECS, SBPS and Austerity, and gets None instead of an oracle)
     reads_oracle: ClassVar[bool] = True
+    #: whether compiled code maps the coordinates (dense or diagonal only: no ``low_rank``)
+    maps_in_compiled_code: ClassVar[bool] = False
     #: most transitions per draw the automatic rule may choose
     max_inner_steps: ClassVar[int] = MAX_INNER_STEPS
     #: step size in z coordinates for unit curvature, and transitions per draw
@@ -167,6 +173,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         compile_kwargs: dict | None = None,
         mode=None,
         reparameterize: bool | str = "auto",
+        low_rank: int = 0,
     ):
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         settings = check_shared_settings(
@@ -181,10 +188,12 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
             noise_shift_bound=(
                 self.default_noise_shift_bound if noise_shift_bound == "auto" else noise_shift_bound
             ),
+            low_rank=low_rank,
+            compiled_maps=self.maps_in_compiled_code,
         )
         self.preconditioner_kind, self.cv_mode = settings.preconditioner_kind, settings.cv_mode
         self.noise_bound, self._fixed_batch = settings.noise_bound, settings.fixed_batch
-        self.noise_shift_bound = settings.noise_shift_bound
+        self.noise_shift_bound, self.low_rank = settings.noise_shift_bound, settings.low_rank
         adapt = check_adapt(adapt)
         self.adapt, self.replace = adapt is not False, bool(replace)
         #: whether the tuning windows re-estimate the preconditioner and move the anchor
@@ -229,7 +238,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _use(self, config: Configuration) -> None:
         """Stand on a configuration's fit: the preconditioner is its Laplace fit."""
         self.laplace, self.anchor, self.cv_order, self.map_problem = config
-        self.precond = self.laplace
+        self.precond = low_rank_corrected(self.laplace, self.layer, self.low_rank)[0]
         self._second_order_available = config.has_curvature and self.cv_mode != "first"
         self.order_choice = config.has_curvature and self.cv_mode == "auto"
 
@@ -350,11 +359,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
             self._reset_kernel_state()
         measure = self.tune or self._draw_index % self.measure_every == 0  # last call measures
         with np.errstate(all="ignore"):
-            oracle = (
-                GradientOracle(self._estimator(), self.minibatches, measure)
-                if self.reads_oracle
-                else None
-            )
+            oracle = None
+            if self.reads_oracle:
+                oracle = GradientOracle(self._estimator(), self.minibatches, measure)
             z, finite, record = self._transitions(z0, oracle)
         temperature = self._kinetic_temperature()
         draw = self._divergence.judge(z0, z, finite, record, temperature, early=self.cv_order > 0)
@@ -435,17 +442,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _make_step_policy(self) -> NoiseLimitedStepSize:
         """The step-size policy this sampler declares (:mod:`.step_size`): by default
         noise-limited, with the sampler's ``noise_share`` as its noise model."""
-        return NoiseLimitedStepSize(
-            noise_share=self.noise_share,
-            noise_bound=self.noise_bound,
-            noise_shift_bound=self.noise_shift_bound,
-            own_share=self.own_share,
-            fixed_step=self._fixed_step,
-            fixed_batch=self._fixed_batch,
-            default_batch=self.minibatches.default_size,
-            pool_size=self._pool_size(),
-            replace=self.replace,
-        )
+        return _noise_limited_policy(self)
 
     def _kinetic_temperature(self) -> float:
         """``2 K / d`` of a momentum-carrying kernel (NaN for the others)."""
@@ -473,3 +470,19 @@ def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:
     own = {name: point[name] for name in step.var_names}
     new, stats = step.astep(DictToArrayBijection.map(own))
     return DictToArrayBijection.rmap(new, start_point=point), stats
+
+
+def _noise_limited_policy(step: SubsamplingStep) -> NoiseLimitedStepSize:
+    """The noise-limited step-size policy of ``step``'s settings and noise model
+    (:meth:`SubsamplingStep._make_step_policy`)."""
+    return NoiseLimitedStepSize(
+        noise_share=step.noise_share,
+        noise_bound=step.noise_bound,
+        noise_shift_bound=step.noise_shift_bound,
+        own_share=step.own_share,
+        fixed_step=step._fixed_step,
+        fixed_batch=step._fixed_batch,
+        default_batch=step.minibatches.default_size,
+        pool_size=step._pool_size(),
+        replace=step.replace,
+    )

@@ -46,6 +46,7 @@ class Tunable(Protocol):
 
     layer: MinibatchModel
     preconditioner_kind: str
+    low_rank: int
     map_problem: str | None
     laplace: Preconditioner
     precond: Preconditioner
@@ -111,6 +112,7 @@ class ChainAdaptation:
             # each configuration of held variables keeps its own Laplace fit: the tuning
             # windows' draws (from several configurations) re-fit nothing
             refits=not step.layer.held_vars,
+            low_rank=step.low_rank,
         )
 
     @property

@@ -136,6 +136,7 @@ class HMCECS(SubsamplingStep):
     accept_step = True
     watches_stability = False
     reads_oracle = False
+    maps_in_compiled_code = True
     max_inner_steps = MAX_LEAPFROG
     default_step_size: ClassVar[float] = 0.25
     default_blocks: ClassVar[int] = 100
@@ -160,8 +161,7 @@ class HMCECS(SubsamplingStep):
         **HMCECS_STATS,
     }
 
-    #: the Taylor expansion's spaces (``taylor_space``)
-    taylor_spaces: ClassVar[tuple[str, ...]] = TAYLOR_SPACES
+    taylor_spaces: ClassVar[tuple[str, ...]] = TAYLOR_SPACES  # ``taylor_space``'s choices
 
     def __init__(
         self,

@@ -21,6 +21,12 @@ class Preconditioner:
     (``L`` a Cholesky factor), ``"diag"`` (``L`` the marginal standard deviations) or
     ``"identity"``.
 
+    A diagonal ``L = D`` may carry a low-rank correction (:meth:`with_correction`):
+    ``L = D M`` with ``M = I + U (Λ^{-1/2} - 1) U^T`` for orthonormal directions ``U`` along
+    which the posterior's curvature in ``D``'s coordinates is ``Λ`` (:mod:`.low_rank`); ``M``
+    is symmetric, so ``L^T = M D``, and ``M^{-1} = I + U (Λ^{1/2} - 1) U^T``. Each map then
+    costs ``O(d k)``.
+
     Attributes
     ----------
     curvature_range : tuple of float
@@ -44,6 +50,27 @@ class Preconditioner:
             self.matrix = matrix
             self._to_z = np.linalg.inv(matrix)
         self.curvature_range = self._curvature_range(precision)
+        #: the low-rank correction ``(U, Λ^{-1/2} - 1, Λ^{1/2} - 1)``, or None
+        self.correction: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def with_correction(self, basis: np.ndarray, curvatures: np.ndarray) -> Preconditioner:
+        """This diagonal map corrected along the orthonormal columns of ``basis`` (d, k), where
+        the posterior's curvature in this map's ``z`` is ``curvatures`` (k,): in the new ``z``
+        it is 1 there, and unchanged on the orthogonal complement."""
+        if not self._diagonal:
+            raise ValueError("A low-rank correction applies to a diagonal preconditioner.")
+        corrected = Preconditioner(self.center, self._scale, self.kind, self.precision)
+        corrected.curvature_range = self.curvature_range
+        curvatures = np.asarray(curvatures, dtype=np.float64)
+        corrected.correction = (basis, curvatures**-0.5 - 1.0, curvatures**0.5 - 1.0)
+        return corrected
+
+    def _stretch(self, v: np.ndarray, inverse: bool = False) -> np.ndarray:
+        """``M v`` (or ``M^{-1} v``); ``v`` itself without a correction."""
+        if self.correction is None:
+            return v
+        basis, stretch, shrink = self.correction
+        return v + basis @ ((shrink if inverse else stretch) * (basis.T @ v))
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -86,43 +113,55 @@ class Preconditioner:
     def theta(self, z: np.ndarray) -> np.ndarray:
         """``c + L z``."""
         if self._diagonal:
-            return self.center + self._scale * z
+            return self.center + self._scale * self._stretch(z)
         return self.center + self.matrix @ z
 
     def direction(self, v: np.ndarray) -> np.ndarray:
         """``L v``: a velocity or displacement in z mapped to theta (no centre)."""
         if self._diagonal:
-            return self._scale * v
+            return self._scale * self._stretch(v)
         return self.matrix @ v
 
     def z(self, theta: np.ndarray) -> np.ndarray:
         """``L^{-1} (theta - c)``."""
         if self._diagonal:
-            return (theta - self.center) / self._scale
+            return self._stretch((theta - self.center) / self._scale, inverse=True)
         return self._to_z @ (theta - self.center)
 
     def grad_z(self, grad_theta: np.ndarray) -> np.ndarray:
         """Chain rule: ``L^T grad_theta``."""
         if self._diagonal:
-            return self._scale * grad_theta
+            return self._stretch(self._scale * grad_theta)
         return self.matrix.T @ grad_theta
 
     def linear_map(self) -> tuple[np.ndarray, np.ndarray]:
         """``(c, L)``, with ``L`` dense ``(d, d)`` or its diagonal ``(d,)`` (for compiled code
-        that maps as :meth:`theta` and :meth:`grad_z` do)."""
+        that maps as :meth:`theta` and :meth:`grad_z` do; not with a low-rank correction)."""
+        if self.correction is not None:
+            raise ValueError(
+                "This code maps coordinates in compiled code, with a dense or diagonal "
+                "preconditioner only: use low_rank=0 with it."
+            )
         return self.center, self._scale if self._diagonal else self.matrix
 
     def grad_z_rows(self, grads_theta: np.ndarray) -> np.ndarray:
         """:meth:`grad_z` applied to every row of an (n, d) array."""
-        if self._diagonal:
-            return grads_theta * self._scale
-        return grads_theta @ self.matrix
+        if not self._diagonal:
+            return grads_theta @ self.matrix
+        scaled = grads_theta * self._scale
+        if self.correction is None:
+            return scaled
+        basis, stretch, _ = self.correction
+        return scaled + ((scaled @ basis) * stretch) @ basis.T
 
     def covariance(self) -> np.ndarray:
-        """``L L^T`` (dense), or its diagonal for a diagonal ``L``."""
-        if self._diagonal:
+        """``L L^T`` (dense), or its diagonal for a diagonal ``L`` (``D^2 diag(M^2)``)."""
+        if not self._diagonal:
+            return self.matrix @ self.matrix.T
+        if self.correction is None:
             return self._scale**2
-        return self.matrix @ self.matrix.T
+        basis, stretch, _ = self.correction
+        return self._scale**2 * (1.0 + basis**2 @ ((1.0 + stretch) ** 2 - 1.0))
 
     def laplace_sd(self) -> np.ndarray:
         """Marginal sds of the Laplace fit in theta (from ``precision``; ones without one)."""

@@ -121,6 +121,26 @@ def check_preconditioner(kind: str, dim: int) -> str:
     return kind
 
 
+def check_low_rank(low_rank: Any, kind: str, compiled_maps: bool) -> int:
+    """Directions at each end of the spectrum a diagonal preconditioner is corrected along
+    (:mod:`.low_rank`): an int >= 0, above 0 only with ``kind`` ``"diag"`` and a sampler
+    whose coordinates are not mapped in compiled code (``compiled_maps``)."""
+    if isinstance(low_rank, bool) or not isinstance(low_rank, int | np.integer) or low_rank < 0:
+        raise ValueError(f"low_rank must be an int >= 0, got {low_rank!r}.")
+    if low_rank and kind != "diag":
+        raise ValueError(
+            f"low_rank corrects a diagonal preconditioner; this step's is {kind!r} "
+            "(preconditioner='auto' is dense up to 200 parameters: pass preconditioner='diag')."
+        )
+    if low_rank and compiled_maps:
+        raise ValueError(
+            "low_rank needs the coordinates mapped in Python; this step maps them in compiled "
+            "code (HMC-ECS's estimates, SGHMC's compiled_loop=True), for a dense or diagonal "
+            "preconditioner only."
+        )
+    return int(low_rank)
+
+
 def check_control_variates(value: bool | str) -> str:
     """The control-variate mode: ``"auto"``, ``"none"``, ``"first"`` or ``"second"``."""
     if value is True or value == "auto":
@@ -179,6 +199,7 @@ class SharedSettings(NamedTuple):
     cv_mode: str
     noise_bound: float
     noise_shift_bound: float | None
+    low_rank: int = 0
 
 
 def check_shared_settings(
@@ -192,18 +213,22 @@ def check_shared_settings(
     control_variates: bool | str,
     noise_bound: Any,
     noise_shift_bound: Any = None,
+    low_rank: Any = 0,
+    compiled_maps: bool = False,
 ) -> SharedSettings:
     """Check the shared settings against the layer (``N``, ``d``) before the MAP search."""
     fixed_batch = batch_size is not None
     batch_size = default_batch_size if batch_size is None else batch_size
     check_batch_size(batch_size, layer.n_rows)
+    kind = check_preconditioner(preconditioner, layer.dim)
     return SharedSettings(
         batch_size=int(batch_size),
         fixed_batch=fixed_batch,
         step_size=None if step_size is None else check_step_size(step_size),
         inner_steps=None if inner_steps is None else check_inner_steps(inner_steps),
-        preconditioner_kind=check_preconditioner(preconditioner, layer.dim),
+        preconditioner_kind=kind,
         cv_mode=check_control_variates(control_variates),
         noise_bound=check_noise_bound(noise_bound),
         noise_shift_bound=check_noise_shift_bound(noise_shift_bound),
+        low_rank=check_low_rank(low_rank, kind, compiled_maps),
     )

@@ -164,7 +164,7 @@ class SGHMC(SubsamplingStep):
             raise ValueError(f"compiled_loop must be True or False, got {compiled_loop!r}.")
         if compiled_loop and integrator != "baoab":
             raise ValueError("compiled_loop compiles BAOAB's loop; integrator='sghmc' has none.")
-        self.compiled_loop = bool(compiled_loop)
+        self.compiled_loop = self.maps_in_compiled_code = bool(compiled_loop)
         super().__init__(vars, step_size=step_size, **kwargs)
 
     def _prepare(self) -> None:

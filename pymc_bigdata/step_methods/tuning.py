@@ -29,6 +29,7 @@ from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.step_methods.low_rank import low_rank_corrected
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.stability import StabilityWatch
 from pymc_bigdata.step_methods.windows import (
@@ -101,6 +102,9 @@ class WindowAdaptation:
         Whether the preconditioner is dense (the windows then collect covariances).
     refits
         Whether windows re-fit anything (False: only the schedule's step-size draws).
+    low_rank
+        Directions at each end of the spectrum each window's diagonal preconditioner is
+        corrected along (:mod:`.low_rank`; 0: none).
     """
 
     def __init__(
@@ -112,8 +116,10 @@ class WindowAdaptation:
         trust_laplace: bool,
         dense: bool,
         refits: bool = True,
+        low_rank: int = 0,
     ):
         self.layer, self.kind, self.sampler = layer, preconditioner_kind, sampler
+        self.low_rank = low_rank
         self.init_buffer, self.ends, self.terminal_start = window_ends(tune)
         if not refits:
             self.ends = []
@@ -184,6 +190,7 @@ class WindowAdaptation:
             )
         except (np.linalg.LinAlgError, ValueError):  # degenerate window (e.g. all rejected)
             return None
+        precond = low_rank_corrected(precond, self.layer, self.low_rank)[0]
         anchor, recentred = geometry.anchor, False
         if anchor is not None and recentre_wanted(moments, anchor.theta, cov):
             anchor = self.layer.anchor_at(moments.mean, curvature_from=anchor)

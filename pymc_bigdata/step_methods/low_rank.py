@@ -1,0 +1,102 @@
+"""A diagonal preconditioner corrected along the posterior's flattest and stiffest directions.
+
+Beyond ``DENSE_HESSIAN_MAX_DIM`` parameters the steps map ``theta = c + D z`` with a diagonal
+``D`` (the Laplace fit's, then the tuning windows' marginal sds). A diagonal cannot turn a
+direction: where the likelihood reads only a sum (crossed effects read ``mu + r_j + i_k``:
+shifting ``mu`` one way and every effect the other is pinned by the effects' prior alone) the
+posterior's curvature in ``z``, ``H_z = D (-H) D``, is 0.03 along that direction where it is
+0.5-3 elsewhere, and a step sized for the stiff directions crawls along it
+(``benchmarks/results/preconditioned_spectrum.md``: condition 99-219 on the crossed
+ratings). :func:`low_rank_corrected` reads the ``k`` smallest and ``k`` largest eigenpairs of
+``H_z`` at the preconditioner's centre by Lanczos (:func:`scipy.sparse.linalg.eigsh`) on
+full-data Hessian-vector products, and corrects ``D`` along them
+(:meth:`~.preconditioner.Preconditioner.with_correction`): the curvature there becomes 1
+(along those of positive curvature; see :data:`CURVATURE_FLOOR`).
+The steps ask for it with ``low_rank=k`` (off by default), at the Laplace fit and at every
+tuning window's end; each reading costs a few hundred full-data passes of a
+Hessian-vector product (:data:`LANCZOS_TOLERANCE`), cheap for tens of thousands of rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse.linalg as sla
+
+from pymc_bigdata.errors import ModeWarning
+from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.step_methods.preconditioner import Preconditioner
+
+__all__ = ["LANCZOS_TOLERANCE", "extreme_eigenpairs", "low_rank_corrected"]
+
+#: relative accuracy of the eigenvalues (a correction needs them to a few per cent)
+LANCZOS_TOLERANCE = 1e-3
+
+#: most Lanczos iterations per end of the spectrum
+LANCZOS_MAX_ITERATIONS = 5000
+
+#: positive curvatures are floored here (a direction at most ~31 times wider than the
+#: diagonal's); a non-positive one (no mode along it: a centre away from the posterior's
+#: bulk, e.g. a collapsed MAP) is not corrected
+CURVATURE_FLOOR = 1e-3
+
+
+def extreme_eigenpairs(
+    curvature: Callable[[np.ndarray], np.ndarray], dim: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` smallest and ``k`` largest eigenvalues of the symmetric operator
+    ``curvature`` (``v -> H v``, dimension ``dim``) and their orthonormal eigenvectors
+    (columns), by Lanczos; all ``dim`` when ``2 k >= dim`` (a dense eigendecomposition).
+    """
+    if 2 * k >= dim - 1:
+        dense = np.column_stack([curvature(e) for e in np.eye(dim)])
+        values, vectors = np.linalg.eigh(0.5 * (dense + dense.T))
+        return values, vectors
+    op = sla.LinearOperator((dim, dim), matvec=curvature, dtype=np.float64)
+    options = dict(k=k, tol=LANCZOS_TOLERANCE, maxiter=LANCZOS_MAX_ITERATIONS)
+    low, low_vectors = sla.eigsh(op, which="SA", **options)
+    high, high_vectors = sla.eigsh(op, which="LA", **options)
+    basis, _ = np.linalg.qr(np.column_stack([low_vectors, high_vectors]))
+    return np.concatenate([low, high]), basis
+
+
+def low_rank_corrected(
+    precond: Preconditioner, layer: MinibatchModel, k: int
+) -> tuple[Preconditioner, int]:
+    """``precond`` (diagonal) corrected along the ``k`` flattest and ``k`` stiffest
+    directions of the posterior's curvature in its ``z`` at its centre (module docstring),
+    and the full-data Hessian-vector products read. ``precond`` unchanged when ``k`` is 0,
+    and with a ``ModeWarning`` when the curvature cannot be read there (not finite, or
+    Lanczos did not converge)."""
+    if k <= 0:
+        return precond, 0
+    centre = precond.center
+    prior_hessian = layer.prior_hessian(centre)
+    passes = [0]
+
+    def curvature_z(v: np.ndarray) -> np.ndarray:
+        passes[0] += 1
+        d = precond.direction(v)
+        return -precond.grad_z(layer.full_loglik_hvp(centre, d) + prior_hessian @ d)
+
+    try:
+        with np.errstate(all="ignore"):
+            values, basis = extreme_eigenpairs(curvature_z, layer.dim, k)
+        readable = bool(np.all(np.isfinite(values)) and np.all(np.isfinite(basis)))
+    except (ArithmeticError, ValueError, sla.ArpackError):
+        readable = False
+    if not readable:
+        warnings.warn(
+            f"low_rank={k}: the posterior's curvature could not be read at the "
+            "preconditioner's centre; the diagonal preconditioner is kept uncorrected here.",
+            ModeWarning,
+            stacklevel=2,
+        )
+        return precond, passes[0]
+    positive = values > 0.0
+    if not positive.any():
+        return precond, passes[0]
+    curvatures = np.maximum(values[positive], CURVATURE_FLOOR)
+    return precond.with_correction(basis[:, positive], curvatures), passes[0]
