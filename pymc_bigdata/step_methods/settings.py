@@ -22,6 +22,7 @@ __all__ = [
     "check_control_variates",
     "check_independent_rows",
     "check_inner_steps",
+    "check_low_rank",
     "check_noise_bound",
     "check_noise_shift_bound",
     "check_positive",
@@ -89,6 +90,7 @@ EXTENSIONS_OFF: dict[str, Any] = {
     "reshuffle": False,
     "window_gathers": False,
     "reparameterize": False,
+    "low_rank": 0,
     "adapt": False,
 }
 
