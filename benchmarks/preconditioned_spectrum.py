@@ -41,6 +41,7 @@ from hard_targets import MODELS  # noqa: E402
 
 import pymc_bigdata as pmbd  # noqa: E402
 from pymc_bigdata.step_methods.crawl import CRAWL_SMALL_VARIABLE  # noqa: E402
+from pymc_bigdata.step_methods.low_rank import curvature_in_z  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -67,15 +68,7 @@ def spectrum(layer, precond) -> dict:
         ``largest`` and ``smallest`` eigenvalues (ascending), the flattest eigenvector's
         weights (``flattest``) and the Hessian-vector products taken (``hvps``).
     """
-    centre = precond.center
-    prior_hessian = layer.prior_hessian(centre)
-    hvps = [0]
-
-    def curvature_z(v: np.ndarray) -> np.ndarray:
-        hvps[0] += 1
-        d = precond.direction(v)
-        return -precond.grad_z(layer.full_loglik_hvp(centre, d) + prior_hessian @ d)
-
+    curvature_z, hvps = curvature_in_z(precond, layer)
     op = sla.LinearOperator((layer.dim, layer.dim), matvec=curvature_z, dtype=float)
     largest = sla.eigsh(op, k=LARGEST, which="LA", tol=1e-3, return_eigenvectors=False)
     smallest, vectors = sla.eigsh(op, k=SMALLEST, which="SA", tol=1e-3, maxiter=5000)

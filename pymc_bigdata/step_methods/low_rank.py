@@ -29,7 +29,7 @@ from pymc_bigdata.errors import ModeWarning
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
-__all__ = ["LANCZOS_TOLERANCE", "extreme_eigenpairs", "low_rank_corrected"]
+__all__ = ["LANCZOS_TOLERANCE", "curvature_in_z", "extreme_eigenpairs", "low_rank_corrected"]
 
 #: relative accuracy of the eigenvalues (a correction needs them to a few per cent)
 LANCZOS_TOLERANCE = 1e-3
@@ -62,6 +62,24 @@ def extreme_eigenpairs(
     return np.concatenate([low, high]), basis
 
 
+def curvature_in_z(
+    precond: Preconditioner, layer: MinibatchModel
+) -> tuple[Callable[[np.ndarray], np.ndarray], list[int]]:
+    """``v -> L^T (-H) L v``, the posterior's curvature in ``precond``'s ``z`` at its centre
+    (full-data Hessian-vector products and the prior's Hessian), and a one-element list
+    counting the products it takes."""
+    centre = precond.center
+    prior_hessian = layer.prior_hessian(centre)
+    passes = [0]
+
+    def curvature_z(v: np.ndarray) -> np.ndarray:
+        passes[0] += 1
+        d = precond.direction(v)
+        return -precond.grad_z(layer.full_loglik_hvp(centre, d) + prior_hessian @ d)
+
+    return curvature_z, passes
+
+
 def low_rank_corrected(
     precond: Preconditioner, layer: MinibatchModel, k: int
 ) -> tuple[Preconditioner, int]:
@@ -72,15 +90,7 @@ def low_rank_corrected(
     Lanczos did not converge)."""
     if k <= 0:
         return precond, 0
-    centre = precond.center
-    prior_hessian = layer.prior_hessian(centre)
-    passes = [0]
-
-    def curvature_z(v: np.ndarray) -> np.ndarray:
-        passes[0] += 1
-        d = precond.direction(v)
-        return -precond.grad_z(layer.full_loglik_hvp(centre, d) + prior_hessian @ d)
-
+    curvature_z, passes = curvature_in_z(precond, layer)
     try:
         with np.errstate(all="ignore"):
             values, basis = extreme_eigenpairs(curvature_z, layer.dim, k)
