@@ -1,20 +1,20 @@
 """A diagonal preconditioner corrected along the posterior's flattest and stiffest directions.
 
-Beyond ``DENSE_HESSIAN_MAX_DIM`` parameters the steps map ``theta = c + D z`` with a diagonal
-``D`` (the Laplace fit's, then the tuning windows' marginal sds). A diagonal cannot turn a
-direction: where the likelihood reads only a sum (crossed effects read ``mu + r_j + i_k``:
-shifting ``mu`` one way and every effect the other is pinned by the effects' prior alone) the
-posterior's curvature in ``z``, ``H_z = D (-H) D``, is 0.03 along that direction where it is
-0.5-3 elsewhere, and a step sized for the stiff directions crawls along it
-(``benchmarks/results/preconditioned_spectrum.md``: condition 99-219 on the crossed
-ratings). :func:`low_rank_corrected` reads the ``k`` smallest and ``k`` largest eigenpairs of
-``H_z`` at the preconditioner's centre by Lanczos (:func:`scipy.sparse.linalg.eigsh`) on
-full-data Hessian-vector products, and corrects ``D`` along them
-(:meth:`~.preconditioner.Preconditioner.with_correction`): the curvature there becomes 1
-(along those of positive curvature; see :data:`CURVATURE_FLOOR`).
-The steps ask for it with ``low_rank=k`` (off by default), at the Laplace fit and at every
-tuning window's end; each reading costs a few hundred full-data passes of a
-Hessian-vector product (:data:`LANCZOS_TOLERANCE`), cheap for tens of thousands of rows.
+Beyond 200 parameters (``DENSE_PRECONDITIONER_MAX_DIM``) the steps map ``theta = c + D z``
+with a diagonal ``D`` (the Laplace fit's, then the tuning windows' marginal sds). A diagonal
+cannot turn a direction: where the likelihood reads only a sum (crossed effects read
+``mu + r_j + i_k``: shifting ``mu`` one way and every effect the other is pinned by the
+effects' prior alone) the posterior's curvature in ``z``, ``H_z = D (-H) D``, is 0.03 along
+that direction where it is 0.5-3 elsewhere, and a step sized for the stiff directions
+crawls along it (``benchmarks/results/preconditioned_spectrum.md``: condition 99-219 on the
+crossed ratings). :func:`low_rank_corrected` reads the ``k`` smallest and ``k`` largest
+eigenpairs of ``H_z`` at the preconditioner's centre by Lanczos
+(:func:`scipy.sparse.linalg.eigsh`) on full-data Hessian-vector products, and corrects ``D``
+along them (:meth:`~.preconditioner.Preconditioner.with_correction`): the curvature there
+becomes 1 (along those of positive curvature; see :data:`CURVATURE_FLOOR`). The steps ask
+for it with ``low_rank=k`` (off by default), at the Laplace fit and at every tuning window's
+end; each reading costs a few hundred full-data Hessian-vector passes
+(:data:`LANCZOS_TOLERANCE`), cheap for tens of thousands of rows.
 """
 
 from __future__ import annotations

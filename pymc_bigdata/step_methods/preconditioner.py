@@ -57,8 +57,8 @@ class Preconditioner:
         """This diagonal map corrected along the orthonormal columns of ``basis`` (d, k), where
         the posterior's curvature in this map's ``z`` is ``curvatures`` (k,): in the new ``z``
         it is 1 there, and unchanged on the orthogonal complement."""
-        if not self._diagonal:
-            raise ValueError("A low-rank correction applies to a diagonal preconditioner.")
+        if not self._diagonal or self.correction is not None:
+            raise ValueError("A low-rank correction applies to an uncorrected diagonal map.")
         corrected = Preconditioner(self.center, self._scale, self.kind, self.precision)
         corrected.curvature_range = self.curvature_range
         curvatures = np.asarray(curvatures, dtype=np.float64)
