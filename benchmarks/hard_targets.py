@@ -185,7 +185,7 @@ def run_one(
     reparameterize: bool | str = "auto",
     seed: int = 2026,
     gather: str | None = None,
-    low_rank: int = 0,
+    low_rank: int | None = None,
 ) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
@@ -193,7 +193,7 @@ def run_one(
         kwargs = {}  # the paper's batch size is part of its settings; HMC-ECS chooses its m
     if reparameterize != "auto":
         kwargs["reparameterize"] = reparameterize
-    if low_rank:
+    if low_rank is not None:
         kwargs["low_rank"] = low_rank
     start = time.perf_counter()
     if gather is not None:  # every row array read through this gather (the models' arrays
@@ -446,9 +446,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--low-rank",
         type=int,
-        default=0,
+        default=None,
         help="low_rank: correct the diagonal preconditioner along this many flattest and "
-        "stiffest directions (default 0: none)",
+        "stiffest directions (default: the step's own, 'auto'; 0: none)",
     )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
@@ -481,7 +481,7 @@ def main(argv=None) -> None:
         + ("; reparameterize=False" if args.model_coordinates else "")
         + (f'; reparameterize="{args.coordinates}"' if args.coordinates else "")
         + (f'; gather="{args.gather}"' if args.gather else "")
-        + (f"; low_rank={args.low_rank}" if args.low_rank else "")
+        + (f"; low_rank={args.low_rank}" if args.low_rank is not None else "")
         + ".\n\n"
         + table(rows)
         + "\n"

@@ -11,6 +11,8 @@ centre, for the Laplace preconditioner a step starts from and for the one its tu
 leave (one chain, ``tune`` tuning draws, ``random_seed``):
 
     .venv/bin/python benchmarks/preconditioned_spectrum.py            # about 3 minutes
+    .venv/bin/python benchmarks/preconditioned_spectrum.py --low-rank 2 \
+        --out preconditioned_spectrum_low_rank
 
 Each row gives the 3 largest and 6 smallest eigenvalues, the condition number, what it would
 be with the ``k`` flattest directions corrected (``lambda_max / lambda_(k+1)``: a low-rank
@@ -111,11 +113,13 @@ def row(model_name: str, sampler: str, stage: str, layer, precond, seconds: floa
     }
 
 
-def run(model_name: str, sampler: str, tune: int, seed: int) -> list[dict]:
-    """The spectrum at the Laplace preconditioner and after ``tune`` tuning draws."""
+def run(model_name: str, sampler: str, tune: int, seed: int, low_rank: int = 0) -> list[dict]:
+    """The spectrum at the Laplace preconditioner and after ``tune`` tuning draws (the
+    step's diagonal corrected along ``low_rank`` directions at each end; 0: the diagonal)."""
     build, batch_size = MODELS[model_name]
     model = build()
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
+    kwargs["low_rank"] = low_rank
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = getattr(pmbd, sampler)(**kwargs)
@@ -138,14 +142,15 @@ def run(model_name: str, sampler: str, tune: int, seed: int) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict], commit: str) -> str:
-    """The results as markdown."""
+def table(rows: list[dict], commit: str, low_rank: int = 0) -> str:
+    """The results as markdown (``low_rank``: the steps' correction, 0 for none)."""
     lines = [
         f"# The posterior's curvature in the samplers' coordinates (pymc_bigdata at {commit})",
         "",
         "`benchmarks/preconditioned_spectrum.py`: extreme eigenvalues of `H_z = L^T (-H) L` "
         "(1 where the preconditioner is the posterior's covariance), by Lanczos on full-data "
-        "Hessian-vector products at the preconditioner's centre.",
+        "Hessian-vector products at the preconditioner's centre; the steps' "
+        f"`low_rank={low_rank}`.",
         "",
         "| model | sampler | preconditioner | d | largest | smallest | condition | "
         "with the 1 / 2 / 4 flattest corrected | flattest on the small variables | HVPs |",
@@ -174,6 +179,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samplers", nargs="+", default=["SGLD", "SGHMC"])
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--low-rank",
+        type=int,
+        default=0,
+        help="the steps' low_rank (default 0: their diagonal uncorrected, as at 715b0b5)",
+    )
     parser.add_argument("--out", default="preconditioned_spectrum")
     args = parser.parse_args(argv)
     commit = subprocess.run(
@@ -182,11 +193,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for model_name in args.models:
         for sampler in args.samplers:
-            rows += run(model_name, sampler, args.tune, args.seed)
-            print(table(rows, commit), flush=True)
+            rows += run(model_name, sampler, args.tune, args.seed, args.low_rank)
+            print(table(rows, commit, args.low_rank), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.md").write_text(table(rows, commit))
-    payload = {"commit": commit, "rows": rows}
+    (RESULTS / f"{args.out}.md").write_text(table(rows, commit, args.low_rank))
+    payload = {"commit": commit, "low_rank": args.low_rank, "rows": rows}
     (RESULTS / f"{args.out}.json").write_text(json.dumps(payload, indent=1))
 
 

@@ -86,7 +86,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         ``"identity"``; from the Laplace fit, then from the chain's draws in tuning.
     low_rank
         Correct a diagonal preconditioner along the ``low_rank`` flattest and as many
-        stiffest directions of the posterior (:mod:`.low_rank`); 0 (default): none.
+        stiffest directions of the posterior (:mod:`.low_rank`); ``"auto"`` (default): 2
+        where the preconditioner is diagonal (beyond 200 parameters) and mapped in Python,
+        without held variables; 0: none.
     control_variates
         ``True``/``"auto"`` (default: second order where tuning finds that it lowers the
         noise enough, else first), ``"first"``, ``"second"`` (the dense Hessian, d <= 2000)
@@ -173,7 +175,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         compile_kwargs: dict | None = None,
         mode=None,
         reparameterize: bool | str = "auto",
-        low_rank: int = 0,
+        low_rank: int | str = "auto",
     ):
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         settings = check_shared_settings(

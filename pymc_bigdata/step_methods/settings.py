@@ -22,6 +22,7 @@ __all__ = [
     "check_control_variates",
     "check_independent_rows",
     "check_inner_steps",
+    "LOW_RANK_AUTO",
     "check_low_rank",
     "check_noise_bound",
     "check_noise_shift_bound",
@@ -123,12 +124,21 @@ def check_preconditioner(kind: str, dim: int) -> str:
     return kind
 
 
-def check_low_rank(low_rank: Any, kind: str, compiled_maps: bool) -> int:
+#: ``low_rank="auto"``: directions at each end of the spectrum a diagonal preconditioner
+#: is corrected along (chosen on the crossed ratings, :mod:`.low_rank`)
+LOW_RANK_AUTO = 2
+
+
+def check_low_rank(low_rank: Any, kind: str, compiled_maps: bool, held: bool = False) -> int:
     """Directions at each end of the spectrum a diagonal preconditioner is corrected along
     (:mod:`.low_rank`): an int >= 0, above 0 only with ``kind`` ``"diag"`` and a sampler
-    whose coordinates are not mapped in compiled code (``compiled_maps``)."""
+    whose coordinates are not mapped in compiled code (``compiled_maps``); ``"auto"``:
+    :data:`LOW_RANK_AUTO` where that holds and the step holds no variables (``held``: a
+    reading at every switch of their values), else 0."""
+    if isinstance(low_rank, str) and low_rank == "auto":
+        return LOW_RANK_AUTO if kind == "diag" and not compiled_maps and not held else 0
     if isinstance(low_rank, bool) or not isinstance(low_rank, int | np.integer) or low_rank < 0:
-        raise ValueError(f"low_rank must be an int >= 0, got {low_rank!r}.")
+        raise ValueError(f"low_rank must be 'auto' or an int >= 0, got {low_rank!r}.")
     if low_rank and kind != "diag":
         raise ValueError(
             f"low_rank corrects a diagonal preconditioner; this step's is {kind!r} "
@@ -215,7 +225,7 @@ def check_shared_settings(
     control_variates: bool | str,
     noise_bound: Any,
     noise_shift_bound: Any = None,
-    low_rank: Any = 0,
+    low_rank: Any = "auto",
     compiled_maps: bool = False,
 ) -> SharedSettings:
     """Check the shared settings against the layer (``N``, ``d``) before the MAP search."""
@@ -232,5 +242,5 @@ def check_shared_settings(
         cv_mode=check_control_variates(control_variates),
         noise_bound=check_noise_bound(noise_bound),
         noise_shift_bound=check_noise_shift_bound(noise_shift_bound),
-        low_rank=check_low_rank(low_rank, kind, compiled_maps),
+        low_rank=check_low_rank(low_rank, kind, compiled_maps, bool(layer.held_vars)),
     )

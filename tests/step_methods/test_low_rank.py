@@ -13,6 +13,7 @@ import pymc_bigdata as pmbd
 from pymc_bigdata.errors import ModeWarning
 from pymc_bigdata.step_methods.low_rank import extreme_eigenpairs, low_rank_corrected
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
+from pymc_bigdata.step_methods.settings import LOW_RANK_AUTO, check_low_rank
 
 DIM = 30
 
@@ -146,20 +147,21 @@ def _crossed_gaussian() -> tuple[pm.Model, np.ndarray, np.ndarray]:
 @pytest.mark.slow
 def test_sgld_mixes_mu_with_low_rank_and_stays_on_target():
     """SGLD's defaults on the crossed Gaussian (``pm.sample``'s defaults, 2 chains): with
-    ``low_rank=2`` ``mu``'s bulk ESS is at least 3 times that without (one-off at this seed:
-    157 -> 856), and the draws are within SGLD's bars widened by their Monte Carlo error
-    (mean 0.15 or 4/sqrt(ESS) sds; sd ratios within [0.85, 1.2] or 1 +- 4/sqrt(2 ESS))."""
+    the default ``low_rank="auto"`` (2 here, d = 201) ``mu``'s bulk ESS is at least 3 times
+    that with ``low_rank=0`` (one-off at this seed: 157 -> 856), and the draws are within
+    SGLD's bars widened by their Monte Carlo error (mean 0.15 or 4/sqrt(ESS) sds; sd ratios
+    within [0.85, 1.2] or 1 +- 4/sqrt(2 ESS))."""
     model, mean, sd = _crossed_gaussian()
     runs = {}
-    for k in (0, 2):
+    for k in (0, "auto"):
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            step = pmbd.SGLD(low_rank=k)
+            step = pmbd.SGLD() if k == "auto" else pmbd.SGLD(low_rank=k)
             idata = pm.sample(step=step, chains=2, cores=1, random_seed=11, progressbar=False)
         runs[k] = idata.posterior
     ess = {k: float(az.ess(post["mu"])) for k, post in runs.items()}
-    assert ess[2] >= 3.0 * ess[0], ess
-    post = runs[2]
+    assert ess["auto"] >= 3.0 * ess[0], ess
+    post = runs["auto"]
     draws = np.concatenate(
         [post[name].values.reshape(-1, size) for name, size in (("mu", 1), ("r", 100), ("i", 100))],
         axis=1,
@@ -175,8 +177,8 @@ def test_sgld_mixes_mu_with_low_rank_and_stays_on_target():
 
 def test_low_rank_settings_are_checked():
     model, _, _ = _crossed_gaussian()
-    for bad in (-1, True, 1.5):
-        with pytest.raises(ValueError, match="low_rank must be an int"):
+    for bad in (-1, True, 1.5, "two"):
+        with pytest.raises(ValueError, match="low_rank must be 'auto' or an int"):
             pmbd.SGLD(model=model, low_rank=bad)
     with pytest.raises(ValueError, match="diagonal preconditioner"):
         pmbd.SGLD(model=model, low_rank=1, preconditioner="dense")
@@ -184,3 +186,19 @@ def test_low_rank_settings_are_checked():
         pmbd.SGHMC(model=model, low_rank=1, compiled_loop=True)
     with pytest.raises(ValueError, match="compiled code"):
         pmbd.HMCECS(model=model, low_rank=1)
+
+
+def test_low_rank_auto_corrects_diagonal_maps_in_python_only():
+    """``low_rank="auto"`` (the default) is 2 with a diagonal preconditioner mapped in
+    Python, and 0 where a correction cannot apply or would be read at every switch of held
+    variables' values."""
+    model, _, _ = _crossed_gaussian()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert pmbd.SGLD(model=model).low_rank == LOW_RANK_AUTO == 2
+        assert pmbd.SGLD(model=model, preconditioner="dense").low_rank == 0
+        assert pmbd.SGHMC(model=model, compiled_loop=True).low_rank == 0
+    assert check_low_rank("auto", "diag", compiled_maps=True) == 0
+    assert check_low_rank("auto", "diag", compiled_maps=False, held=True) == 0
+    assert check_low_rank("auto", "identity", compiled_maps=False) == 0
+    assert check_low_rank("auto", "diag", compiled_maps=False) == 2
