@@ -11,10 +11,11 @@ crossed ratings). :func:`low_rank_corrected` reads the ``k`` smallest and ``k`` 
 eigenpairs of ``H_z`` at the preconditioner's centre by Lanczos
 (:func:`scipy.sparse.linalg.eigsh`) on full-data Hessian-vector products, and corrects ``D``
 along them (:meth:`~.preconditioner.Preconditioner.with_correction`): the curvature there
-becomes 1 (along those of positive curvature; see :data:`CURVATURE_FLOOR`). The steps ask
-for it with ``low_rank=k`` (off by default), at the Laplace fit and at every tuning window's
-end; each reading costs a few hundred full-data Hessian-vector passes
-(:data:`LANCZOS_TOLERANCE`), cheap for tens of thousands of rows.
+becomes 1 (along those of positive curvature beyond a factor :data:`UNCORRECTED_WITHIN` of 1;
+see :data:`CURVATURE_FLOOR`). The steps read it (``low_rank=k``; ``"auto"``, the default:
+2 with a diagonal preconditioner, :func:`~.settings.check_low_rank`) at the Laplace fit and
+at every tuning window's end; a reading takes tens of full-data Hessian-vector passes (21-60
+on ``many_groups_linear`` and the crossed ratings, :data:`LANCZOS_TOLERANCE`).
 """
 
 from __future__ import annotations
@@ -29,13 +30,24 @@ from pymc_bigdata.errors import ModeWarning
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
-__all__ = ["LANCZOS_TOLERANCE", "curvature_in_z", "extreme_eigenpairs", "low_rank_corrected"]
+__all__ = [
+    "LANCZOS_TOLERANCE",
+    "UNCORRECTED_WITHIN",
+    "curvature_in_z",
+    "extreme_eigenpairs",
+    "low_rank_corrected",
+]
 
 #: relative accuracy of the eigenvalues (a correction needs them to a few per cent)
 LANCZOS_TOLERANCE = 1e-3
 
 #: most Lanczos iterations per reading (both ends of the spectrum)
 LANCZOS_MAX_ITERATIONS = 5000
+
+#: a direction whose curvature is within this factor of 1 is left as the diagonal maps it
+#: (its sd off by at most sqrt(2)): where the diagonal leaves no flat or stiff direction
+#: (``many_groups_linear``: 0.97-1.03) the steps pay the reading but no O(d k) maps
+UNCORRECTED_WITHIN = 2.0
 
 #: positive curvatures are floored here (a direction at most ~31 times wider than the
 #: diagonal's); a non-positive one (no mode along it: a centre away from the posterior's
@@ -86,6 +98,7 @@ def low_rank_corrected(
     """``precond`` (diagonal) corrected along the ``k`` flattest and ``k`` stiffest
     directions of the posterior's curvature in its ``z`` at its centre (module docstring),
     and the full-data Hessian-vector products read. ``precond`` unchanged when ``k`` is 0,
+    when no curvature read is positive and beyond a factor :data:`UNCORRECTED_WITHIN` of 1,
     and with a ``ModeWarning`` when the curvature cannot be read there (not finite, or
     Lanczos did not converge)."""
     if k <= 0:
@@ -105,8 +118,8 @@ def low_rank_corrected(
             stacklevel=2,
         )
         return precond, passes[0]
-    positive = values > 0.0
-    if not positive.any():
+    wanted = (values > 0.0) & ((values < 1.0 / UNCORRECTED_WITHIN) | (values > UNCORRECTED_WITHIN))
+    if not wanted.any():
         return precond, passes[0]
-    curvatures = np.maximum(values[positive], CURVATURE_FLOOR)
-    return precond.with_correction(basis[:, positive], curvatures), passes[0]
+    curvatures = np.maximum(values[wanted], CURVATURE_FLOOR)
+    return precond.with_correction(basis[:, wanted], curvatures), passes[0]

@@ -104,6 +104,25 @@ def test_directions_without_a_mode_are_not_corrected():
     assert eigenvalues.max() == pytest.approx(max(spectrum[3:].max(), 1.0), rel=1e-2)
 
 
+def test_curvatures_near_one_are_left_as_the_diagonal_maps_them():
+    """Only curvatures beyond a factor ``UNCORRECTED_WITHIN`` (2) of 1 are corrected: with
+    the extremes 0.3, 0.7 and 1.8, 1.9 only 0.3 is; with every curvature within [0.55, 1.9]
+    the diagonal comes back itself (no O(d k) maps), though the reading was paid."""
+    rng = np.random.default_rng(6)
+    base = Preconditioner(np.zeros(DIM), np.ones(DIM), "diag", None)
+    spectrum = np.concatenate([[0.3, 0.7, 1.8, 1.9], rng.uniform(0.8, 1.2, DIM - 4)])
+    corrected, _ = low_rank_corrected(
+        base, _QuadraticLayer(_posterior(spectrum, np.ones(DIM), 7)), 2
+    )
+    assert corrected.correction[0].shape[1] == 1
+    np.testing.assert_allclose(corrected.correction[1], [0.3**-0.5 - 1.0], rtol=1e-3)
+    spectrum = np.concatenate([[0.55, 1.9], rng.uniform(0.8, 1.2, DIM - 2)])
+    same, passes = low_rank_corrected(
+        base, _QuadraticLayer(_posterior(spectrum, np.ones(DIM), 8)), 2
+    )
+    assert same is base and passes > 0
+
+
 def test_unreadable_curvature_warns_and_keeps_the_diagonal():
     layer = _QuadraticLayer(np.full((DIM, DIM), np.nan))
     base = Preconditioner(np.zeros(DIM), np.ones(DIM), "diag", None)
