@@ -30,7 +30,11 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
-from pymc_bigdata.adaptation import NOISE_SHARE_BOUND, NOISE_SHIFT_BOUND
+from pymc_bigdata.adaptation import (
+    NOISE_SHARE_BOUND,
+    NOISE_SHIFT_BOUND,
+    residual_scale_shift_bound,
+)
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.step_methods.alarms import ChainAlarm
 from pymc_bigdata.step_methods.chain_report import COMMON_STATS, common_stats
@@ -187,9 +191,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
             preconditioner=preconditioner,
             control_variates=control_variates,
             noise_bound=noise_bound,
-            noise_shift_bound=(
-                self.default_noise_shift_bound if noise_shift_bound == "auto" else noise_shift_bound
-            ),
+            noise_shift_bound=_shift_bound(self, noise_shift_bound),
             low_rank=low_rank,
             compiled_maps=self.maps_in_compiled_code,
         )
@@ -436,6 +438,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
 
     #: the log-density shift bound used when none is given (``noise_shift_bound="auto"``)
     default_noise_shift_bound: ClassVar[float] = NOISE_SHIFT_BOUND
+    #: whether the variance inflation the bound allows is realised in full (SGLD), so that
+    #: ``"auto"`` also keeps a residual scale within 0.1 sd (:func:`_shift_bound`)
+    realises_inflation: ClassVar[bool] = False
 
     #: the kernel's own inflation of every coordinate's variance at a step size (None: none,
     #: e.g. BAOAB on a Gaussian); counted with the noise in the mean-share bound
@@ -472,6 +477,18 @@ def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:
     own = {name: point[name] for name in step.var_names}
     new, stats = step.astep(DictToArrayBijection.map(own))
     return DictToArrayBijection.rmap(new, start_point=point), stats
+
+
+def _shift_bound(step: SubsamplingStep, given: float | str | None) -> float | None:
+    """``noise_shift_bound`` as given, or for ``"auto"`` the sampler's default, at most
+    :func:`~pymc_bigdata.adaptation.residual_scale_shift_bound` where the sampler realises
+    the inflation in full (``realises_inflation``: few rows per parameter)."""
+    if not (isinstance(given, str) and given == "auto"):
+        return given
+    if not step.realises_inflation:
+        return step.default_noise_shift_bound
+    layer = step.layer
+    return min(step.default_noise_shift_bound, residual_scale_shift_bound(layer.n_rows, layer.dim))
 
 
 def _noise_limited_policy(step: SubsamplingStep) -> NoiseLimitedStepSize:

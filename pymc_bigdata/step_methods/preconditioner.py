@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
@@ -56,14 +58,29 @@ class Preconditioner:
     def with_correction(self, basis: np.ndarray, curvatures: np.ndarray) -> Preconditioner:
         """This diagonal map corrected along the orthonormal columns of ``basis`` (d, k), where
         the posterior's curvature in this map's ``z`` is ``curvatures`` (k,): in the new ``z``
-        it is 1 there, and unchanged on the orthogonal complement."""
+        it is 1 there, and unchanged on the orthogonal complement. Its ``curvature_range`` is
+        read again where this map's was exact (a dense precision of at most
+        ``EXACT_CURVATURE_MAX_DIM`` parameters), else kept (the diagonal's own estimate)."""
         if not self._diagonal or self.correction is not None:
             raise ValueError("A low-rank correction applies to an uncorrected diagonal map.")
-        corrected = Preconditioner(self.center, self._scale, self.kind, self.precision)
-        corrected.curvature_range = self.curvature_range
+        corrected = copy.copy(self)
         curvatures = np.asarray(curvatures, dtype=np.float64)
         corrected.correction = (basis, curvatures**-0.5 - 1.0, curvatures**0.5 - 1.0)
+        corrected.curvature_range = corrected._corrected_curvature_range()
         return corrected
+
+    def _corrected_curvature_range(self) -> tuple[float, float]:
+        """The extreme eigenvalues of ``M D P D M`` where they are read exactly (see
+        :meth:`with_correction`)."""
+        precision = self.precision
+        if precision is None or precision.ndim == 1 or len(precision) > EXACT_CURVATURE_MAX_DIM:
+            return self.curvature_range
+        basis, stretch, _ = self.correction
+        curvature = precision * np.outer(self._scale, self._scale)
+        curvature = curvature + ((curvature @ basis) * stretch) @ basis.T  # C M
+        curvature = curvature + basis @ (stretch[:, None] * (basis.T @ curvature))  # M C M
+        eig = np.linalg.eigvalsh(symmetrised(curvature))
+        return float(eig[0]), float(eig[-1])
 
     def _stretch(self, v: np.ndarray, inverse: bool = False) -> np.ndarray:
         """``M v`` (or ``M^{-1} v``); ``v`` itself without a correction."""

@@ -87,6 +87,26 @@ def test_correction_makes_the_extreme_directions_unit():
     assert low_rank_corrected(base, layer, 0) == (base, 0)
 
 
+def test_a_corrected_map_reads_its_curvature_range_again_where_it_is_exact():
+    """With the dense precision at hand (d <= 2,000) the corrected map's ``curvature_range``
+    is that of ``M D P D M`` (the steps size their step and inner steps on it), not the
+    diagonal's; without it, the diagonal's estimate is kept."""
+    rng = np.random.default_rng(9)
+    spectrum = np.concatenate([[0.02, 0.1, 25.0, 40.0], rng.uniform(0.5, 2.0, DIM - 4)])
+    scale = rng.uniform(0.5, 2.0, DIM)
+    precision = _posterior(spectrum, scale, seed=10)
+    layer = _QuadraticLayer(precision)
+    base = Preconditioner(np.zeros(DIM), scale, "diag", precision)
+    assert base.curvature_range == pytest.approx((0.02, 40.0), rel=1e-6)
+    corrected, _ = low_rank_corrected(base, layer, 2)
+    matrix = _dense_map(corrected)
+    exact = np.linalg.eigvalsh(matrix.T @ precision @ matrix)
+    assert corrected.curvature_range == pytest.approx((exact[0], exact[-1]), rel=1e-6)
+    assert corrected.curvature_range[1] < 2.5
+    blind = Preconditioner(np.zeros(DIM), scale, "diag", None)
+    assert low_rank_corrected(blind, layer, 2)[0].curvature_range == blind.curvature_range
+
+
 def test_directions_without_a_mode_are_not_corrected():
     """A negative curvature (a centre that is no mode along it) keeps the diagonal's map
     there; the positive extremes are corrected."""
