@@ -108,8 +108,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         Largest shift of the draws' log density, in its posterior sds, that the gradient
         noise (and the kernel's own variance inflation, SGLD's) may cause over all
         coordinates together; ``"auto"``: the sampler's ``default_noise_shift_bound`` (0.5);
-        it binds above about 200 parameters (SGLD: 50; see :mod:`pymc_bigdata.adaptation`).
-        None: the per-coordinate ``noise_bound`` alone.
+        it binds above about 200 parameters (SGLD: 50, and at most ``0.1 sqrt(N / d)``; see
+        :mod:`pymc_bigdata.adaptation`). None: the per-coordinate ``noise_bound`` alone.
     census
         Include the rows whose gradients move far more than the others' in every minibatch
         with weight 1 (:func:`~.start.census_rows`; stratified, unbiased).
