@@ -86,6 +86,9 @@ MODELS = {
     # 22,646 rows, 22 groups in 12 regions, 9 of them data-poor (1-2 groups of 3-8 rows)
     "sparse_regions_noncentred": (lambda: hm.sparse_regions(centred=False), None),
     "sparse_regions_centred": (lambda: hm.sparse_regions(centred=True), None),
+    # 100,000 rows, 40 groups of 5 to 19,061 rows, loc a regression on a group covariate
+    "group_regression_noncentred": (lambda: hm.group_regression(centred=False), None),
+    "group_regression_centred": (lambda: hm.group_regression(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -100,6 +103,8 @@ REFERENCE_FILE = {
     "two_level_logistic_centred": "two_level_logistic",
     "sparse_regions_noncentred": "sparse_regions",
     "sparse_regions_centred": "sparse_regions",
+    "group_regression_noncentred": "group_regression",
+    "group_regression_centred": "group_regression",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

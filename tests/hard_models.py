@@ -504,6 +504,124 @@ def crossed_ratings(centred: bool, seed: int = 9) -> pm.Model:
 
 
 # ---------------------------------------------------------------------------------------------
+# d4. a group-level predictor: the groups' loc a regression on a covariate of each group
+
+
+def make_group_regression_data(
+    n_rows: int = 100_000, n_groups: int = 40, seed: int = 13
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (5 to about 18,000 at the
+    defaults; shuffled), a standard-normal covariate ``u`` per group; true
+    ``a_j = 1 + 0.6 u_j + 0.4 e_j`` and ``y = a[group] + e`` with standard normals ``e``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    u : ndarray, shape (n_groups,)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    u = rng.standard_normal(n_groups)
+    a = 1.0 + 0.6 * u + 0.4 * rng.standard_normal(n_groups)
+    y = a[group] + rng.standard_normal(n_rows)
+    return group, u, y
+
+
+def group_regression_model(
+    group: np.ndarray, u: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """Varying intercepts with a group-level predictor, as PyMC's multilevel primer writes
+    the radon model: ``gamma ~ Normal(0, 2)`` (shape 2), ``tau ~ HalfNormal(1)``, ``a_j``
+    about ``gamma[0] + gamma[1] u_j`` with sd ``tau`` (centred ``a ~ Normal``, or
+    non-centred ``a = loc + tau * z``), ``y ~ Normal(a[group], 1)`` (a known residual sd,
+    so that the posterior is Gaussian given ``tau``: an exact reference)."""
+    with pm.Model() as model:
+        gamma = pm.Normal("gamma", 0.0, 2.0, shape=2)
+        tau = pm.HalfNormal("tau", 1.0)
+        loc = gamma[0] + gamma[1] * u
+        if centred:
+            a = pm.Normal("a", loc, tau, shape=len(u))
+        else:
+            a = pm.Deterministic("a", loc + tau * pm.Normal("z", 0.0, 1.0, shape=len(u)))
+        pm.Normal("y", a[group], 1.0, observed=y)
+    return model
+
+
+def group_regression(centred: bool, seed: int = 13) -> pm.Model:
+    """The group-level predictor model (see ``group_regression_model``)."""
+    return group_regression_model(*make_group_regression_data(seed=seed), centred=centred)
+
+
+def group_regression_exact(
+    group: np.ndarray, u: np.ndarray, y: np.ndarray, n_grid: int = 4001
+) -> dict[str, np.ndarray]:
+    """The exact posterior moments of ``group_regression_model``: given ``tau`` the
+    posterior of ``(gamma, a)`` is Gaussian (precision ``P``, linear term ``b``), and
+    ``log tau``'s marginal density is ``log HalfNormal(tau) + log tau - J log tau
+    - log|P| / 2 + b' P^-1 b / 2``, read on a grid wide enough that its ends hold nothing.
+
+    Returns
+    -------
+    dict
+        ``<name>__mean`` and ``<name>__sd`` for ``gamma``, ``tau_log__``, ``a`` and ``z``
+        (with zero ``__mean_se``, ``__sd_se``).
+    """
+    n_groups = len(u)
+    n = np.bincount(group, minlength=n_groups).astype(np.float64)
+    sums = np.bincount(group, weights=y, minlength=n_groups)
+    design = np.column_stack([np.ones(n_groups), u])
+    rhs = np.concatenate([np.zeros(2), sums])
+
+    def conditional(log_tau: float) -> tuple[float, np.ndarray, np.ndarray]:
+        inv_var = np.exp(-2.0 * log_tau)
+        precision = np.zeros((2 + n_groups, 2 + n_groups))
+        precision[:2, :2] = np.eye(2) / 4.0 + inv_var * design.T @ design
+        precision[:2, 2:] = -inv_var * design.T
+        precision[2:, :2] = -inv_var * design
+        precision[2:, 2:] = np.diag(n + inv_var)
+        cov = np.linalg.inv(precision)
+        mean = cov @ rhs
+        log_det = np.linalg.slogdet(precision)[1]
+        tau = np.exp(log_tau)
+        log_density = -0.5 * tau**2 + log_tau - n_groups * log_tau - 0.5 * log_det
+        return log_density + 0.5 * rhs @ mean, mean, cov
+
+    coarse = np.linspace(-8.0, 3.0, 1101)
+    log_density = np.array([conditional(t)[0] for t in coarse])
+    mode = coarse[np.argmax(log_density)]
+    grid = np.linspace(mode - 2.5, mode + 2.5, n_grid)
+    parts = [conditional(t) for t in grid]
+    weights = np.exp(np.array([p[0] for p in parts]) - max(p[0] for p in parts))
+    weights /= weights.sum()
+    if weights[0] > 1e-12 or weights[-1] > 1e-12:
+        raise RuntimeError("group_regression_exact: the grid cuts off mass")
+    first: dict[str, np.ndarray] = {}
+    second: dict[str, np.ndarray] = {}
+    for w, log_tau, (_, mean, cov) in zip(weights, grid, parts):
+        tau = np.exp(log_tau)
+        # z = (a - design gamma) / tau: a linear map of (gamma, a)
+        z_map = np.hstack([-design, np.eye(n_groups)]) / tau
+        rows = {"gamma": np.eye(2 + n_groups)[:2], "a": np.eye(2 + n_groups)[2:], "z": z_map}
+        for name, lin in rows.items():
+            m = lin @ mean
+            first[name] = first.get(name, 0.0) + w * m
+            second[name] = second.get(name, 0.0) + w * (
+                np.einsum("ij,jk,ik->i", lin, cov, lin) + m**2
+            )
+    first["tau_log__"] = np.array([np.sum(weights * grid)])
+    second["tau_log__"] = np.array([np.sum(weights * grid**2)])
+    out = {}
+    for name, m in first.items():
+        out[f"{name}__mean"] = m
+        out[f"{name}__sd"] = np.sqrt(second[name] - m**2)
+        out[f"{name}__mean_se"] = np.zeros_like(m)
+        out[f"{name}__sd_se"] = np.zeros_like(m)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # e. rare events with a separated binary feature
 
 #: rows of the binary feature in ``make_rare_event_logistic_data`` (none has an event)

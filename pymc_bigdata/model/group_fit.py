@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
+from pymc_bigdata.model.nested_loc import effect_loc
 
 __all__ = [
     "GroupFit",
@@ -38,10 +39,10 @@ def scale_at(effect: LocScaleEffect, theta: np.ndarray) -> float:
 
 
 def _loc_at(effect: LocScaleEffect, theta: np.ndarray) -> float | np.ndarray:
-    """The effect's ``loc`` at ``theta``: a float, or one per group where the groups are
-    nested in parents (``effect.parent``)."""
-    if effect.parent is not None:
-        return effect.parent.value(np.asarray(theta, dtype=np.float64))
+    """The effect's ``loc`` at ``theta``: a float, or one per group where it is a vector
+    (groups nested in parents, a regression on group-level covariates)."""
+    if effect.parent is not None or effect.linear_loc is not None:
+        return effect_loc(effect, np.asarray(theta, dtype=np.float64))
     return effect.loc_value if effect.loc_slice is None else float(theta[effect.loc_slice][0])
 
 
@@ -93,11 +94,14 @@ class GroupFit(NamedTuple):
     #: the scale at the mode of its marginal posterior
     scale: float
     #: ``loc`` (a free one at its weighted mean given :attr:`scale`; one per group where
-    #: the groups are nested in parents, held at the point's)
+    #: the groups are nested in parents, held at the point's, or a regression on group-level
+    #: covariates, at its weighted least-squares fit)
     loc: float | np.ndarray
     #: the sd of ``log scale``'s marginal posterior, from its curvature at the mode (0 where
     #: the fit did not run)
     log_scale_sd: float = 0.0
+    #: a regression ``loc``'s fitted coefficients (None for any other ``loc``)
+    coefficients: np.ndarray | None = None
 
     @property
     def information(self) -> np.ndarray:
@@ -213,11 +217,20 @@ def _bulk_fit(
     x, v = estimate[seen], 1.0 / kappa[seen]
     held_loc = loc if np.ndim(loc) == 0 else loc[seen]
 
+    regression = effect.linear_loc
+
     def loc_given(log_scale: float) -> float | np.ndarray:
+        if regression is not None:  # its weighted least-squares fit
+            return regression.value(point_given(log_scale))[seen]
         if effect.loc_slice is None:
             return held_loc
         weight = 1.0 / (np.exp(2.0 * log_scale) + v)
         return float(np.sum(weight * x) / np.sum(weight))
+
+    def point_given(log_scale: float) -> np.ndarray:
+        """``theta`` with the regression's coefficients fitted at ``log_scale``."""
+        weight = 1.0 / (np.exp(2.0 * log_scale) + v)
+        return regression.with_coefficients(theta, regression.fit(x, weight, seen))
 
     def neg_log_posterior(log_scale: float) -> float:
         total = np.exp(2.0 * log_scale) + v
@@ -232,12 +245,16 @@ def _bulk_fit(
     if not np.isfinite(best.fun):
         return GroupFit(kappa, estimate, scale, loc)
     fitted_loc = loc if effect.loc_slice is None else loc_given(best.x)
+    coefficients = None
+    if regression is not None:
+        fitted = point_given(best.x)
+        fitted_loc, coefficients = regression.value(fitted), fitted[regression.coefficients]
     step = 1e-3
     with np.errstate(all="ignore"):
         around = [neg_log_posterior(best.x + k * step) for k in (-1.0, 1.0)]
     curvature = (around[0] + around[1] - 2.0 * best.fun) / step**2
     sd = float(1.0 / np.sqrt(curvature)) if np.isfinite(curvature) and curvature > 0 else 0.0
-    return GroupFit(kappa, estimate, float(np.exp(best.x)), fitted_loc, sd)
+    return GroupFit(kappa, estimate, float(np.exp(best.x)), fitted_loc, sd, coefficients)
 
 
 def _scale_prior(
@@ -290,4 +307,6 @@ def bulk_point(effect: LocScaleEffect, theta: np.ndarray, fit: GroupFit) -> np.n
     out[effect.scale_slice] = np.log(fit.scale) if effect.scale_transform == "log" else fit.scale
     if effect.loc_slice is not None:
         out[effect.loc_slice] = fit.loc
+    if fit.coefficients is not None:
+        out[effect.linear_loc.coefficients] = fit.coefficients
     return out

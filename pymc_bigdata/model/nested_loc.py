@@ -21,7 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor.tensor as pt
 
-__all__ = ["ParentLoc", "effect_loc", "effect_log_scale", "log_scale_of", "symbolic_loc_scale"]
+__all__ = [
+    "ParentLoc",
+    "add_loc_pullback",
+    "effect_loc",
+    "effect_log_scale",
+    "loc_slots",
+    "log_scale_of",
+    "symbolic_loc_scale",
+]
 
 
 def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -32,11 +40,19 @@ def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, 
     return np.log(np.abs(value)), 1.0 / value
 
 
+def _vector_loc(effect):
+    """The effect's vector ``loc`` (a :class:`ParentLoc` or a
+    :class:`~pymc_bigdata.model.linear_loc.LinearLoc`), or None."""
+    return effect.parent if effect.parent is not None else effect.linear_loc
+
+
 def effect_loc(effect, x: np.ndarray) -> np.ndarray:
     """A loc-scale effect's ``loc`` at ``x`` (shape ``(..., d)``): shape (..., 1), or
-    (..., J) for groups nested in parents (``effect.parent``)."""
-    if effect.parent is not None:
-        return effect.parent.value(x)
+    (..., J) for groups nested in parents (``effect.parent``) or a regression on group-level
+    covariates (``effect.linear_loc``)."""
+    vector = _vector_loc(effect)
+    if vector is not None:
+        return vector.value(x)
     if effect.loc_slice is None:
         return np.full(x.shape[:-1] + (1,), effect.loc_value)
     return x[..., effect.loc_slice]
@@ -49,15 +65,35 @@ def effect_log_scale(effect, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def symbolic_loc_scale(effect, x: pt.TensorVariable) -> tuple:
-    """A loc-scale effect's ``loc`` (a scalar, or (J,) for nested groups) and ``log(scale)``
-    at the symbolic vector ``x``."""
-    if effect.parent is not None:
-        loc = effect.parent.symbolic(x)
+    """A loc-scale effect's ``loc`` (a scalar, or (J,) for a vector ``loc``) and
+    ``log(scale)`` at the symbolic vector ``x``."""
+    vector = _vector_loc(effect)
+    if vector is not None:
+        loc = vector.symbolic(x)
     else:
         loc = effect.loc_value if effect.loc_slice is None else x[effect.loc_slice][0]
     value = x[effect.scale_slice][0]
     log_scale = value if effect.scale_transform == "log" else pt.log(pt.abs(value))
     return loc, log_scale
+
+
+def add_loc_pullback(effect, x: np.ndarray, cotangent: np.ndarray, out: np.ndarray) -> None:
+    """Add ``(d loc / d x)' cotangent`` to ``out`` (both ``(..., d)``; ``cotangent`` one per
+    group, ``(..., J)``)."""
+    vector = _vector_loc(effect)
+    if vector is not None:
+        vector.add_pullback(x, cotangent, out)
+    elif effect.loc_slice is not None:
+        out[..., effect.loc_slice] += np.sum(cotangent, axis=-1, keepdims=True)
+
+
+def loc_slots(effect) -> set[int]:
+    """The entries of ``x`` that the effect's ``loc`` reads."""
+    vector = _vector_loc(effect)
+    if vector is not None:
+        return vector.slots()
+    sl = effect.loc_slice
+    return set() if sl is None else set(range(sl.start, sl.stop))
 
 
 @dataclass(frozen=True, eq=False)

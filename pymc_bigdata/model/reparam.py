@@ -29,7 +29,13 @@ import pytensor
 import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
-from pymc_bigdata.model.nested_loc import effect_loc, effect_log_scale, symbolic_loc_scale
+from pymc_bigdata.model.nested_loc import (
+    add_loc_pullback,
+    effect_loc,
+    effect_log_scale,
+    loc_slots,
+    symbolic_loc_scale,
+)
 from pymc_bigdata.model.whitening import WhitenedLocScale
 
 __all__ = ["LocScaleReparam", "LocScaleReparams", "choose_centredness"]
@@ -152,10 +158,7 @@ class LocScaleReparam:
         out = g.copy()
         out[..., sl] = factor * g_t  # dt_j / dw_j
         through_loc = g_t * (m - c * factor)  # dt_j / dloc_j = m - c_j scale**(m - c_j)
-        if e.parent is not None:
-            e.parent.add_pullback(phi, through_loc, out)
-        elif e.loc_slice is not None:
-            out[..., e.loc_slice] += np.sum(through_loc, axis=-1, keepdims=True)
+        add_loc_pullback(e, phi, through_loc, out)
         # dt_j / dlog(scale) = (m - c_j) t_j-part, and d log|J| / dlog(scale) = sum (m - c_j)
         shift = self.power * factor * (phi[..., sl] - c * loc)
         through = np.sum(g_t * shift, axis=-1, keepdims=True) + self.power.sum()
@@ -189,8 +192,9 @@ class LocScaleReparams:
         for i, r in enumerate(self.reparams):
             for j, other in enumerate(self.reparams):
                 e = other.effect
-                used = [e.scale_slice, e.loc_slice] + ([e.effect_slice] if i != j else [])
-                if slots[i] & set().union(*(_slots(s) for s in used if s is not None)):
+                used = [e.scale_slice] + ([e.effect_slice] if i != j else [])
+                taken = set().union(loc_slots(e) - _parent_slots(e), *map(_slots, used))
+                if slots[i] & taken:
                     raise ValueError(
                         f"Effects {r.effect.name!r} and {e.name!r} share entries of theta."
                     )
@@ -269,6 +273,11 @@ class LocScaleReparams:
 
 def _slots(sl: slice) -> set[int]:
     return set(range(sl.start, sl.stop))
+
+
+def _parent_slots(effect: LocScaleEffect) -> set[int]:
+    """The entries a nested effect's ``loc`` reads (its parents': ordered, not shared)."""
+    return set() if effect.parent is None else effect.parent.slots()
 
 
 def _parents_first(feeds: list[set[int]]) -> list[int]:

@@ -42,6 +42,7 @@ import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
 from pymc_bigdata.model.nested_loc import (
+    add_loc_pullback,
     effect_loc,
     effect_log_scale,
     log_scale_of,
@@ -285,10 +286,7 @@ class WhitenedLocScale:
         out = g.copy()
         out[..., e.effect_slice] = d_w * g_t
         through_loc = g_t * d_loc
-        if e.parent is not None:
-            e.parent.add_pullback(phi, through_loc, out)
-        elif e.loc_slice is not None:
-            out[..., e.loc_slice] += np.sum(through_loc, axis=-1, keepdims=True)
+        add_loc_pullback(e, phi, through_loc, out)
         # own scale: dh/dlog(scale) = 2 h, d scale/dlog(scale) = scale
         by_h = g_t * d_h + jac_h
         through = np.sum(by_h * 2.0 * h + g_t * d_scale * scale, axis=-1, keepdims=True)
