@@ -32,10 +32,12 @@ from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
-__all__ = ["LinearLoc", "linear_loc"]
+__all__ = ["LinearLoc", "linear_loc", "per_group"]
 
 #: most coefficients a group-level regression may have (a larger affine map is not read)
 MAX_COEFFICIENTS = 200
+#: most entries of the design read for a regression written per row (rows x coefficients)
+MAX_DESIGN_ENTRIES = 20_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +101,7 @@ def linear_loc(
     n_groups: int,
     free_rvs: set[Variable],
     entries: Callable[[Variable], slice | None],
+    rows: np.ndarray | None = None,
 ) -> LinearLoc | None:
     """``var`` (a vector) as a :class:`LinearLoc`, or None.
 
@@ -113,11 +116,16 @@ def linear_loc(
     entries
         A free variable's slice of the raveled value vector where it is sampled and
         untransformed, else None.
+    rows
+        The group of each row where ``var`` is written per row
+        (``g[0] + g[1] * u[group] + tau * z[group]``): read over the rows, then
+        :func:`per_group`.
     """
+    length = n_groups if rows is None else len(rows)
     if (
         var.ndim != 1
         or not var.dtype.startswith("float")
-        or var.type.shape[0] not in (None, n_groups)
+        or var.type.shape[0] not in (None, length)
     ):
         return None
     depends = _dependence(var, free_rvs)
@@ -126,12 +134,31 @@ def linear_loc(
     if any(s is None for s in slices) or not _affine(var, depends, free_rvs):
         return None
     coefficients = np.concatenate([np.arange(s.start, s.stop) for s in slices]).astype(np.int64)
-    if len(coefficients) > MAX_COEFFICIENTS:
+    if len(coefficients) > MAX_COEFFICIENTS or length * len(coefficients) > MAX_DESIGN_ENTRIES:
         return None
     try:
-        return _read_affine_map(var, inputs, slices, coefficients, n_groups)
+        regression = _read_affine_map(var, inputs, slices, coefficients, length)
     except Exception:  # noqa: BLE001 - a graph that cannot be evaluated here is not read
         return None
+    if regression is None or rows is None:
+        return regression
+    return per_group(regression, rows, n_groups)
+
+
+def per_group(per_row: LinearLoc, rows: np.ndarray, n_groups: int) -> LinearLoc | None:
+    """A ``loc`` written per row as one per group: the rows of each group share their design
+    and offset exactly and every group has a row; None otherwise."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0 or rows.min() < 0 or rows.max() >= n_groups:
+        return None
+    groups, first = np.unique(rows, return_index=True)
+    if len(groups) != n_groups:
+        return None
+    design, offset = per_row.design[first], per_row.offset[first]
+    same = np.array_equal(per_row.design, design[rows])
+    if not (same and np.array_equal(per_row.offset, offset[rows])):
+        return None
+    return LinearLoc(per_row.coefficients, design, offset)
 
 
 def _read_affine_map(

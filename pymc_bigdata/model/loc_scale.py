@@ -291,12 +291,12 @@ class _Layout:
         return rv
 
     def loc(
-        self, var: Variable, n_groups: int | None = None
+        self, var: Variable, n_groups: int | None = None, rows: np.ndarray | None = None
     ) -> Variable | float | ParentLoc | LinearLoc | None:
         """An untransformed sampled scalar free variable, a constant (its float), another
         effect read at each group's parent (:meth:`parent`), or a regression on group-level
-        covariates of ``n_groups`` entries (:func:`~pymc_bigdata.model.linear_loc.
-        linear_loc`)."""
+        covariates of ``n_groups`` entries, or written per row with the group of each row
+        ``rows`` (:func:`~pymc_bigdata.model.linear_loc.linear_loc`)."""
         value = _constant(var)
         if value is not None:
             return float(value.ravel()[0]) if value.size == 1 else None
@@ -306,7 +306,7 @@ class _Layout:
         if n_groups is None:
             return self.parent(var)
         free = set(self.model.free_RVs)
-        return self.parent(var) or linear_loc(var, n_groups, free, self.untransformed)
+        return self.parent(var) or linear_loc(var, n_groups, free, self.untransformed, rows)
 
     def untransformed(self, rv: Variable) -> slice | None:
         """``rv``'s slice of ``theta`` where it is sampled, float and untransformed."""
@@ -457,7 +457,10 @@ def _match_noncentred(
         return None if match is None else (match[0], 0.0, match[1], match[2])
     for loc_term, product in (terms, terms[::-1]):
         match = _match_product(peel(product), layout)
-        loc = None if match is None else layout.loc(loc_term, _size(match[0], layout))
+        if match is None:
+            continue
+        rows = None if match[2] is None else row_index(match[2]).rows
+        loc = layout.loc(loc_term, _size(match[0], layout), rows)
         if loc is not None and all(loc is not v for v in match[:2]):
             return match[0], loc, match[1], match[2]
     return None

@@ -5,7 +5,8 @@ What each test proves (and the one-line mutation of the package it was seen to f
 
 * the radon-style forms are found, centred and non-centred: ``g[0] + g[1] * u`` of a free
   vector, ``alpha + beta * u`` of two scalars, ``c + dot(U, gamma)`` with a constant matrix,
-  each with its design, offset and entries of ``theta`` as the data give them;
+  each with its design, offset and entries of ``theta`` as the data give them, and the same
+  regression written per row (``u[group]``), but not a covariate that varies within groups;
 * a ``loc`` that is not affine in the free variables (a square, an ``exp``, a product of
   two coefficients, a log-transformed coefficient) gives no effect about it, and neither
   does a regression on another effect's entries;
@@ -45,8 +46,9 @@ def _rows(seed: int, n_rows: int = 80) -> tuple[np.ndarray, np.ndarray]:
 
 def _radon(form: str, centred: bool, seed: int = 1) -> pm.Model:
     """Varying intercepts about a regression on ``U`` (and ``U2``), written as ``form``:
-    ``"vector"`` ``g[0] + g[1] * U``, ``"scalars"`` ``alpha + beta * U``, ``"matrix"``
-    ``0.5 + dot([U, U2], gamma)``."""
+    ``"vector"`` ``g[0] + g[1] * U``, ``"scalars"`` ``alpha + beta * U``, ``"primer"``
+    the first in a ``pm.Deterministic`` of a ``pm.Data`` (as PyMC's multilevel primer writes
+    the radon model), ``"matrix"`` ``0.5 + dot([U, U2], gamma)``."""
     group, y = _rows(seed)
     with pm.Model() as model:
         if form == "vector":
@@ -54,6 +56,9 @@ def _radon(form: str, centred: bool, seed: int = 1) -> pm.Model:
             loc = g[0] + g[1] * U
         elif form == "scalars":
             loc = pm.Normal("alpha", 0.0, 1.0) + pm.Normal("beta", 0.0, 1.0) * U
+        elif form == "primer":  # PyMC's multilevel primer: pm.Data and a Deterministic
+            g = pm.Normal("g", 0.0, 10.0, shape=2)
+            loc = pm.Deterministic("loc", g[0] + g[1] * pm.Data("uranium", U))
         else:
             gamma = pm.Normal("gamma", 0.0, 1.0, shape=2)
             loc = 0.5 + pm.math.dot(np.column_stack([U, U2]), gamma)
@@ -69,6 +74,7 @@ def _radon(form: str, centred: bool, seed: int = 1) -> pm.Model:
 FORMS = {
     "vector": (np.column_stack([np.ones(N_GROUPS), U]), 0.0),
     "scalars": (np.column_stack([np.ones(N_GROUPS), U]), 0.0),
+    "primer": (np.column_stack([np.ones(N_GROUPS), U]), 0.0),
     "matrix": (np.column_stack([U, U2]), 0.5),
 }
 
@@ -85,7 +91,7 @@ def test_detects_a_regression_on_group_covariates(form, centred):
     assert (effect.name, effect.centred, effect.loc, effect.parent) == ("a", centred, None, None)
     assert effect.indexed_only and effect.scale == "tau_log__"
     names = [v.name for v in model.value_vars]
-    coefficient_names = ["g"] if form == "vector" else ["alpha", "beta"]
+    coefficient_names = ["g"] if form in ("vector", "primer") else ["alpha", "beta"]
     coefficient_names = ["gamma"] if form == "matrix" else coefficient_names
     point = model.initial_point()
     starts = np.cumsum([0] + [np.size(point[n]) for n in names])
@@ -95,6 +101,31 @@ def test_detects_a_regression_on_group_covariates(form, centred):
     np.testing.assert_array_equal(regression.coefficients, expected)
     np.testing.assert_allclose(regression.design, design, atol=1e-12)
     np.testing.assert_allclose(regression.offset, offset, atol=1e-12)
+
+
+@pytest.mark.parametrize("covariate", ["per_group", "per_row"])
+def test_a_regression_written_per_row_is_read_per_group(covariate):
+    """``g[0] + g[1] * U[group] + tau * z[group]``: the rows of a group share their ``loc``,
+    which is read as the groups' regression; a covariate that varies within a group is no
+    ``loc`` of the groups (only ``tau * z[group]`` about 0 is found, as before).
+
+    Mutation: ``per_group`` skipping its equality check (``same = True``): the row-level
+    covariate is read as a group's, from each group's first row."""
+    group, y = _rows(4)
+    x = U[group] if covariate == "per_group" else np.random.default_rng(0).normal(size=y.size)
+    with pm.Model() as model:
+        g = pm.Normal("g", 0.0, 1.0, shape=2)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=N_GROUPS)
+        pm.Normal("y", g[0] + g[1] * x + tau * z[group], 1.0, observed=y)
+    [effect] = find_loc_scale_effects(model)
+    assert effect.indexed_only and effect.effect == "z"
+    if covariate == "per_row":
+        assert effect.linear_loc is None and effect.loc_value == 0.0
+        return
+    np.testing.assert_array_equal(effect.linear_loc.coefficients, [0, 1])
+    np.testing.assert_allclose(effect.linear_loc.design, FORMS["vector"][0], atol=1e-12)
+    np.testing.assert_array_equal(effect.group, group)
 
 
 def _not_affine(kind: str) -> pm.Model:

@@ -25,6 +25,7 @@ from hard_checks import (
 )
 from hard_models import (
     crossed_ratings,
+    group_regression,
     hier_logistic,
     make_sparse_regions_data,
     sparse_regions,
@@ -112,6 +113,23 @@ def test_noncentred_hierarchical_defaults(cls, coordinates):
     ref = reference("hier_logistic_noncentred")
     check_against_reference(model, idata, ref, SD_BIAS[cls])
     assert_bars_everywhere(cls, model, idata, ref)
+
+
+def test_groups_about_a_regression_on_group_covariates():
+    """Varying intercepts about ``gamma[0] + gamma[1] u_j`` written non-centred
+    (``group_regression``: 100,000 rows, 40 groups of 5 to 19,061 rows), against the exact
+    reference: the groups' ``loc`` is read as a regression (:mod:`pymc_bigdata.model.
+    linear_loc`), so the data-rich groups are sampled centred about it, and SGHMC's defaults
+    meet the bars on every coordinate with no alarm. Watched failing with ``linear_loc``
+    returning None (the model's own coordinates: 2.4 sd off, min bulk ESS 2, a crawl alarm;
+    ``benchmarks/results/hard_targets_group_regression_182b0c4.md``)."""
+    model = group_regression(centred=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.BiasWarning)
+        idata = sample_two_chains(model, pmbd.SGHMC(model=model), seed=2026)
+    ref = reference("group_regression")
+    check_against_reference(model, idata, ref, SD_BIAS[pmbd.SGHMC])
+    assert_bars_everywhere(pmbd.SGHMC, model, idata, ref)
 
 
 def test_ten_row_minibatches_measure_the_noise_on_enough_rows():
