@@ -89,6 +89,9 @@ MODELS = {
     # 100,000 rows, 40 groups of 5 to 19,061 rows, loc a regression on a group covariate
     "group_regression_noncentred": (lambda: hm.group_regression(centred=False), None),
     "group_regression_centred": (lambda: hm.group_regression(centred=True), None),
+    # 60,000 rows, 40 groups of 8 to ~11,000 rows, logistic, the same group-level regression
+    "group_logistic_noncentred": (lambda: hm.group_logistic(centred=False), None),
+    "group_logistic_centred": (lambda: hm.group_logistic(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -105,6 +108,8 @@ REFERENCE_FILE = {
     "sparse_regions_centred": "sparse_regions",
     "group_regression_noncentred": "group_regression",
     "group_regression_centred": "group_regression",
+    "group_logistic_noncentred": "group_logistic",
+    "group_logistic_centred": "group_logistic",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

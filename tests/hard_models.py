@@ -554,6 +554,57 @@ def group_regression(centred: bool, seed: int = 13) -> pm.Model:
     return group_regression_model(*make_group_regression_data(seed=seed), centred=centred)
 
 
+def make_group_logistic_data(
+    n_rows: int = 60_000, n_groups: int = 40, seed: int = 14
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 8 rows up summing to ``n_rows`` (8 to about 11,000 at the
+    defaults; shuffled), a standard-normal covariate ``u`` per group and two per row; true
+    ``a_j = -1 + 0.6 u_j + 0.5 e_j``, slopes ``(0.5, -0.3)``, Bernoulli outcomes.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    u : ndarray, shape (n_groups,)
+    X : ndarray, shape (n_rows, 2)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = geometric_sizes(n_rows, n_groups, smallest=8)
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    u = rng.standard_normal(n_groups)
+    a = -1.0 + 0.6 * u + 0.5 * rng.standard_normal(n_groups)
+    X = rng.standard_normal((n_rows, 2))
+    eta = a[group] + X @ np.array([0.5, -0.3])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    return group, u, X, y
+
+
+def group_logistic_model(
+    group: np.ndarray, u: np.ndarray, X: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """``group_regression_model``'s group-level regression with a logistic likelihood and
+    two row covariates: ``gamma ~ Normal(0, 2)`` (shape 2), ``tau ~ HalfNormal(1)``,
+    ``slope ~ Normal(0, 2)`` (shape 2), ``a`` about ``gamma[0] + gamma[1] u`` (as
+    PyMC's primer writes it: a ``pm.Deterministic`` loc of a ``pm.Data`` covariate),
+    ``y ~ Bernoulli(logit_p = a[group] + X @ slope)``."""
+    with pm.Model() as model:
+        gamma = pm.Normal("gamma", 0.0, 2.0, shape=2)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        loc = pm.Deterministic("loc", gamma[0] + gamma[1] * pm.Data("u", u))
+        if centred:
+            a = pm.Normal("a", loc, tau, shape=len(u))
+        else:
+            a = pm.Deterministic("a", loc + pm.Normal("z", 0.0, 1.0, shape=len(u)) * tau)
+        pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
+    return model
+
+
+def group_logistic(centred: bool, seed: int = 14) -> pm.Model:
+    """The logistic group-level predictor model (see ``group_logistic_model``)."""
+    return group_logistic_model(*make_group_logistic_data(seed=seed), centred=centred)
+
+
 def group_regression_exact(
     group: np.ndarray, u: np.ndarray, y: np.ndarray, n_grid: int = 4001
 ) -> dict[str, np.ndarray]:

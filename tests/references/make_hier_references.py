@@ -31,6 +31,7 @@ from hard_models import (  # noqa: E402
     REFERENCE_DIR,
     make_big_hier_logistic_data,
     make_crossed_ratings_data,
+    make_group_logistic_data,
     make_hier_poisson_data,
     make_sparse_regions_data,
     make_two_level_logistic_data,
@@ -143,6 +144,19 @@ def sparse_regions() -> tuple[pm.Model, dict[str, str]]:
     return model, names | {"b": "b", "z_b": "z_b", "a": "a", "z_a": "z_a"}
 
 
+def group_logistic() -> tuple[pm.Model, dict[str, str]]:
+    """``group_logistic``; ``h_j = 0.05 n_j`` (``p (1 - p) ~ 0.2``, ``tau^2 ~ 0.25``), about
+    the groups' regression ``gamma[0] + gamma[1] u``."""
+    group, u, X, y = make_group_logistic_data()
+    with pm.Model() as model:
+        gamma = pm.Normal("gamma", 0.0, 2.0, shape=2)
+        tau = pm.HalfNormal("tau", 1.0)
+        slope = pm.Normal("slope", 0.0, 2.0, shape=2)
+        a = partially_centred("a", gamma[0] + gamma[1] * u, tau, 0.05 * np.bincount(group))
+        pm.Bernoulli("y", logit_p=a[group] + pm.math.dot(X, slope), observed=y)
+    return model, {"gamma": "gamma", "tau": "tau", "slope": "slope", "a": "a", "z_a": "z"}
+
+
 #: name: (builder returning the model and {variable in it: name in the reference}, seed)
 MODELS = {
     "big_hier_logistic": (big_hier_logistic, 108),
@@ -150,6 +164,7 @@ MODELS = {
     "crossed_ratings": (crossed_ratings, 110),
     "two_level_logistic": (two_level_logistic, 111),
     "sparse_regions": (sparse_regions, 112),
+    "group_logistic": (group_logistic, 113),
 }
 
 
