@@ -128,10 +128,14 @@ def linear_loc(
         or var.type.shape[0] not in (None, length)
     ):
         return None
-    depends = _dependence(var, free_rvs)
+    try:
+        depends = _dependence(var, free_rvs)
+        affine = _affine(var, depends, free_rvs)
+    except RecursionError:  # a graph too deep to read here is not read
+        return None
     inputs = sorted((v for v in depends if v in free_rvs), key=lambda v: v.name or "")
     slices = [entries(v) for v in inputs]
-    if any(s is None for s in slices) or not _affine(var, depends, free_rvs):
+    if any(s is None for s in slices) or not affine:
         return None
     coefficients = np.concatenate([np.arange(s.start, s.stop) for s in slices]).astype(np.int64)
     if len(coefficients) > MAX_COEFFICIENTS or length * len(coefficients) > MAX_DESIGN_ENTRIES:

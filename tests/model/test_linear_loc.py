@@ -242,3 +242,19 @@ def test_the_bulk_fit_maximises_the_groups_marginal_density():
     np.testing.assert_allclose(fit.loc, 0.5 + design @ fit.coefficients)
     moved = bulk_point(effect, theta, fit)
     np.testing.assert_allclose(moved[effect.linear_loc.coefficients], fit.coefficients)
+
+
+def test_a_graph_too_deep_to_read_is_left_alone():
+    """A ``loc`` built from thousands of chained sums: not read (no RecursionError).
+
+    Mutation: the ``except RecursionError`` in ``linear_loc`` removed (the search raises)."""
+    group, y = _rows(6)
+    with pm.Model() as model:
+        g = pm.Normal("g", 0.0, 1.0, shape=2)
+        loc = g[0] + g[1] * U
+        for _ in range(3000):
+            loc = loc + 0.0
+        tau = pm.HalfNormal("tau", 1.0)
+        a = pm.Deterministic("a", loc + tau * pm.Normal("z", 0.0, 1.0, shape=N_GROUPS))
+        pm.Normal("y", a[group], 1.0, observed=y)
+    assert all(e.linear_loc is None for e in find_loc_scale_effects(model))
