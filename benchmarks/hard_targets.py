@@ -92,6 +92,9 @@ MODELS = {
     # 60,000 rows, 40 groups of 8 to ~11,000 rows, logistic, the same group-level regression
     "group_logistic_noncentred": (lambda: hm.group_logistic(centred=False), None),
     "group_logistic_centred": (lambda: hm.group_logistic(centred=True), None),
+    # 100,000 rows, 40 groups of 5 to ~19,000 rows, an intercept and a slope per group
+    "varying_slopes_noncentred": (lambda: hm.varying_slopes(centred=False), None),
+    "varying_slopes_centred": (lambda: hm.varying_slopes(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -110,6 +113,8 @@ REFERENCE_FILE = {
     "group_regression_centred": "group_regression",
     "group_logistic_noncentred": "group_logistic",
     "group_logistic_centred": "group_logistic",
+    "varying_slopes_noncentred": "varying_slopes",
+    "varying_slopes_centred": "varying_slopes",
 }
 
 #: sampler name: factory (keyword arguments as for the class)

@@ -673,6 +673,139 @@ def group_regression_exact(
 
 
 # ---------------------------------------------------------------------------------------------
+# d5. varying intercepts and slopes: two effects per group
+
+
+def make_varying_slopes_data(
+    n_rows: int = 100_000, n_groups: int = 40, seed: int = 21
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (shuffled), a standard-normal
+    covariate per row; true ``a_j = 0.5 + 0.4 e_j``, ``b_j = -0.3 + 0.3 e'_j`` and
+    ``y = a[group] + b[group] x + e`` with standard normals.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    x, y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    a = 0.5 + 0.4 * rng.standard_normal(n_groups)
+    b = -0.3 + 0.3 * rng.standard_normal(n_groups)
+    x = rng.standard_normal(n_rows)
+    y = a[group] + b[group] * x + rng.standard_normal(n_rows)
+    return group, x, y
+
+
+def varying_slopes_model(
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """Varying intercepts and slopes (uncorrelated), as PyMC's multilevel primer writes them:
+    ``mu_a, mu_b ~ Normal(0, 2)``, ``tau_a, tau_b ~ HalfNormal(1)``, ``a`` about ``mu_a``
+    with sd ``tau_a`` and ``b`` about ``mu_b`` with sd ``tau_b`` (centred, or non-centred
+    Deterministics), ``y ~ Normal(a[group] + b[group] x, 1)`` (a known residual sd: the
+    posterior is Gaussian given the two scales)."""
+    n_groups = int(group.max()) + 1
+    with pm.Model() as model:
+        mu_a, mu_b = pm.Normal("mu_a", 0.0, 2.0), pm.Normal("mu_b", 0.0, 2.0)
+        tau_a, tau_b = pm.HalfNormal("tau_a", 1.0), pm.HalfNormal("tau_b", 1.0)
+        if centred:
+            a = pm.Normal("a", mu_a, tau_a, shape=n_groups)
+            b = pm.Normal("b", mu_b, tau_b, shape=n_groups)
+        else:
+            a = pm.Deterministic("a", mu_a + tau_a * pm.Normal("z_a", 0.0, 1.0, shape=n_groups))
+            b = pm.Deterministic("b", mu_b + tau_b * pm.Normal("z_b", 0.0, 1.0, shape=n_groups))
+        pm.Normal("y", a[group] + b[group] * x, 1.0, observed=y)
+    return model
+
+
+def varying_slopes(centred: bool, seed: int = 21) -> pm.Model:
+    """Varying intercepts and slopes (see ``varying_slopes_model``)."""
+    return varying_slopes_model(*make_varying_slopes_data(seed=seed), centred=centred)
+
+
+def varying_slopes_exact(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """The exact posterior moments of ``varying_slopes_model``: given the two scales the
+    posterior of ``(mu_a, mu_b, a, b)`` is Gaussian (precision ``P``, linear term ``r``), and
+    ``(log tau_a, log tau_b)`` has the density ``sum_k [log HalfNormal(tau_k) + log tau_k -
+    J log tau_k] - log|P| / 2 + r' P^-1 r / 2``, read on an 81 x 81 grid about its mode whose
+    edges hold nothing. Keys as ``group_regression_exact``'s."""
+    n_groups = int(group.max()) + 1
+    n = np.bincount(group, minlength=n_groups).astype(np.float64)
+    sx, sxx = np.bincount(group, x, n_groups), np.bincount(group, x * x, n_groups)
+    rhs = np.concatenate(
+        [[0.0, 0.0], np.bincount(group, y, n_groups), np.bincount(group, x * y, n_groups)]
+    )
+    dim, a_part, b_part = 2 + 2 * n_groups, slice(2, 2 + n_groups), slice(2 + n_groups, None)
+
+    def conditional(log_a: float, log_b: float):
+        inv_a, inv_b = np.exp(-2.0 * log_a), np.exp(-2.0 * log_b)
+        precision = np.zeros((dim, dim))
+        precision[0, 0], precision[1, 1] = 0.25 + n_groups * inv_a, 0.25 + n_groups * inv_b
+        precision[0, a_part] = precision[a_part, 0] = -inv_a
+        precision[1, b_part] = precision[b_part, 1] = -inv_b
+        precision[a_part, a_part] = np.diag(n + inv_a)
+        precision[b_part, b_part] = np.diag(sxx + inv_b)
+        precision[a_part, b_part] = precision[b_part, a_part] = np.diag(sx)
+        cov = np.linalg.inv(precision)
+        mean = cov @ rhs
+        log_density = -0.5 * np.linalg.slogdet(precision)[1] + 0.5 * rhs @ mean
+        for log_tau in (log_a, log_b):
+            log_density += -0.5 * np.exp(2.0 * log_tau) + log_tau - n_groups * log_tau
+        return log_density, mean, cov
+
+    coarse = np.linspace(-4.0, 1.0, 51)
+    log_density = np.array([[conditional(a, b)[0] for b in coarse] for a in coarse])
+    mode_a, mode_b = np.unravel_index(np.argmax(log_density), log_density.shape)
+    grid_a = np.linspace(coarse[mode_a] - 1.2, coarse[mode_a] + 1.2, 81)
+    grid_b = np.linspace(coarse[mode_b] - 1.2, coarse[mode_b] + 1.2, 81)
+    parts = [[conditional(a, b) for b in grid_b] for a in grid_a]
+    log_w = np.array([[p[0] for p in row] for row in parts])
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    if max(w[0].sum(), w[-1].sum(), w[:, 0].sum(), w[:, -1].sum()) > 1e-9:
+        raise RuntimeError("varying_slopes_exact: the grid cuts off mass")
+    ones, zeros, eye, block = (
+        np.ones((n_groups, 1)),
+        np.zeros((n_groups, 1)),
+        np.eye(n_groups),
+        np.zeros((n_groups, n_groups)),
+    )
+    first: dict[str, np.ndarray] = {}
+    second: dict[str, np.ndarray] = {}
+    for i, log_a in enumerate(grid_a):
+        for j, log_b in enumerate(grid_b):
+            if w[i, j] < 1e-14:
+                continue
+            _, mean, cov = parts[i][j]
+            rows = {
+                "mu_a": np.eye(dim)[:1],
+                "mu_b": np.eye(dim)[1:2],
+                "a": np.eye(dim)[a_part],
+                "b": np.eye(dim)[b_part],
+                "z_a": np.hstack([-ones, zeros, eye, block]) / np.exp(log_a),
+                "z_b": np.hstack([zeros, -ones, block, eye]) / np.exp(log_b),
+            }
+            for name, lin in rows.items():
+                m = lin @ mean
+                first[name] = first.get(name, 0.0) + w[i, j] * m
+                moment = np.einsum("ij,jk,ik->i", lin, cov, lin) + m**2
+                second[name] = second.get(name, 0.0) + w[i, j] * moment
+    for name, grid, axis in (("tau_a_log__", grid_a, 1), ("tau_b_log__", grid_b, 0)):
+        marginal = w.sum(axis=axis)
+        first[name] = np.array([np.sum(marginal * grid)])
+        second[name] = np.array([np.sum(marginal * grid**2)])
+    out = {}
+    for name, m in first.items():
+        out[f"{name}__mean"] = m
+        out[f"{name}__sd"] = np.sqrt(second[name] - m**2)
+        out[f"{name}__mean_se"] = np.zeros_like(m)
+        out[f"{name}__sd_se"] = np.zeros_like(m)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # e. rare events with a separated binary feature
 
 #: rows of the binary feature in ``make_rare_event_logistic_data`` (none has an event)
