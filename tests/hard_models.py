@@ -725,12 +725,15 @@ def varying_slopes(centred: bool, seed: int = 21) -> pm.Model:
     return varying_slopes_model(*make_varying_slopes_data(seed=seed), centred=centred)
 
 
-def varying_slopes_exact(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+def varying_slopes_exact(
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, half_width: float = 1.2, n_grid: int = 81
+) -> dict[str, np.ndarray]:
     """The exact posterior moments of ``varying_slopes_model``: given the two scales the
     posterior of ``(mu_a, mu_b, a, b)`` is Gaussian (precision ``P``, linear term ``r``), and
     ``(log tau_a, log tau_b)`` has the density ``sum_k [log HalfNormal(tau_k) + log tau_k -
-    J log tau_k] - log|P| / 2 + r' P^-1 r / 2``, read on an 81 x 81 grid about its mode whose
-    edges hold nothing. Keys as ``group_regression_exact``'s."""
+    J log tau_k] - log|P| / 2 + r' P^-1 r / 2``, read on an ``n_grid`` x ``n_grid`` grid of
+    ``half_width`` about its mode whose edges hold nothing. Keys as
+    ``group_regression_exact``'s."""
     n_groups = int(group.max()) + 1
     n = np.bincount(group, minlength=n_groups).astype(np.float64)
     sx, sxx = np.bincount(group, x, n_groups), np.bincount(group, x * x, n_groups)
@@ -758,8 +761,8 @@ def varying_slopes_exact(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> dic
     coarse = np.linspace(-4.0, 1.0, 51)
     log_density = np.array([[conditional(a, b)[0] for b in coarse] for a in coarse])
     mode_a, mode_b = np.unravel_index(np.argmax(log_density), log_density.shape)
-    grid_a = np.linspace(coarse[mode_a] - 1.2, coarse[mode_a] + 1.2, 81)
-    grid_b = np.linspace(coarse[mode_b] - 1.2, coarse[mode_b] + 1.2, 81)
+    grid_a = np.linspace(coarse[mode_a] - half_width, coarse[mode_a] + half_width, n_grid)
+    grid_b = np.linspace(coarse[mode_b] - half_width, coarse[mode_b] + half_width, n_grid)
     parts = [[conditional(a, b) for b in grid_b] for a in grid_a]
     log_w = np.array([[p[0] for p in row] for row in parts])
     w = np.exp(log_w - log_w.max())

@@ -8,7 +8,9 @@ every moment on a grid of ``log tau`` (checked once against PyMC's NUTS on a 3,0
 within 3 % of the grid's). Stored as ``tests/references/group_regression.npz`` with the
 keys of the other references (Monte Carlo errors 0). ``varying_slopes`` (two effects per
 group, a known residual sd) likewise on a grid of both log scales
-(``hard_models.varying_slopes_exact``), as ``tests/references/varying_slopes.npz``. Run from
+(``hard_models.varying_slopes_exact``; checked once against NUTS on a 3,000-row, 12-group
+version: 2 x 3,000 draws, every mean within 0.041 sd and every sd within 3.1 % of the grid's,
+whose half-width was 3.5 there), as ``tests/references/varying_slopes.npz``. Run from
 the repository root (about a minute)::
 
     .venv/bin/python tests/references/make_group_regression_reference.py
