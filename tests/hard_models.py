@@ -605,6 +605,20 @@ def group_logistic(centred: bool, seed: int = 14) -> pm.Model:
     return group_logistic_model(*make_group_logistic_data(seed=seed), centred=centred)
 
 
+def _exact_moments(
+    first: dict[str, np.ndarray], second: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """A reference's keys from each quantity's first and second moments (Monte Carlo errors
+    0: computed, not sampled)."""
+    out = {}
+    for name, m in first.items():
+        out[f"{name}__mean"] = m
+        out[f"{name}__sd"] = np.sqrt(second[name] - m**2)
+        out[f"{name}__mean_se"] = np.zeros_like(m)
+        out[f"{name}__sd_se"] = np.zeros_like(m)
+    return out
+
+
 def group_regression_exact(
     group: np.ndarray, u: np.ndarray, y: np.ndarray, n_grid: int = 4001
 ) -> dict[str, np.ndarray]:
@@ -663,13 +677,7 @@ def group_regression_exact(
             )
     first["tau_log__"] = np.array([np.sum(weights * grid)])
     second["tau_log__"] = np.array([np.sum(weights * grid**2)])
-    out = {}
-    for name, m in first.items():
-        out[f"{name}__mean"] = m
-        out[f"{name}__sd"] = np.sqrt(second[name] - m**2)
-        out[f"{name}__mean_se"] = np.zeros_like(m)
-        out[f"{name}__sd_se"] = np.zeros_like(m)
-    return out
+    return _exact_moments(first, second)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -799,13 +807,7 @@ def varying_slopes_exact(
         marginal = w.sum(axis=axis)
         first[name] = np.array([np.sum(marginal * grid)])
         second[name] = np.array([np.sum(marginal * grid**2)])
-    out = {}
-    for name, m in first.items():
-        out[f"{name}__mean"] = m
-        out[f"{name}__sd"] = np.sqrt(second[name] - m**2)
-        out[f"{name}__mean_se"] = np.zeros_like(m)
-        out[f"{name}__sd_se"] = np.zeros_like(m)
-    return out
+    return _exact_moments(first, second)
 
 
 # ---------------------------------------------------------------------------------------------
