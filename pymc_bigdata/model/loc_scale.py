@@ -291,7 +291,7 @@ class _Layout:
         return rv
 
     def loc(
-        self, var: Variable, n_groups: int | None = None, rows: np.ndarray | None = None
+        self, var: Variable, n_groups: int, rows: np.ndarray | None = None
     ) -> Variable | float | ParentLoc | LinearLoc | None:
         """An untransformed sampled scalar free variable, a constant (its float), another
         effect read at each group's parent (:meth:`parent`), or a regression on group-level
@@ -303,8 +303,6 @@ class _Layout:
         rv = self.scalar(var)
         if rv is not None:
             return rv if self.transform(rv) is None else None
-        if n_groups is None:
-            return self.parent(var)
         free = set(self.model.free_RVs)
         return self.parent(var) or linear_loc(var, n_groups, free, self.untransformed, rows)
 
