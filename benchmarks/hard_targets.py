@@ -50,6 +50,7 @@ from pymc_bigdata.step_methods.crawl import split_chain_ess, watched_coordinates
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+import correlated_slopes as cs  # noqa: E402
 import hard_models as hm  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -95,6 +96,9 @@ MODELS = {
     # 100,000 rows, 40 groups of 5 to ~19,000 rows, an intercept and a slope per group
     "varying_slopes_noncentred": (lambda: hm.varying_slopes(centred=False), None),
     "varying_slopes_centred": (lambda: hm.varying_slopes(centred=True), None),
+    # the same data's shape with correlated effects: an LKJ covariance (a matrix scale)
+    "correlated_slopes_noncentred": (lambda: cs.correlated_slopes(centred=False), None),
+    "correlated_slopes_centred": (lambda: cs.correlated_slopes(centred=True), None),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -115,6 +119,8 @@ REFERENCE_FILE = {
     "group_logistic_centred": "group_logistic",
     "varying_slopes_noncentred": "varying_slopes",
     "varying_slopes_centred": "varying_slopes",
+    "correlated_slopes_noncentred": "correlated_slopes",
+    "correlated_slopes_centred": "correlated_slopes",
 }
 
 #: sampler name: factory (keyword arguments as for the class)
@@ -174,9 +180,26 @@ def reference(name: str):
 
 
 def unconstrained(idata, value_name: str) -> np.ndarray:
+    if value_name.endswith(PACKED_SUFFIX):  # LKJCholeskyCov: log of the diagonal entries
+        return packed_cholesky(idata.posterior[value_name.removesuffix(PACKED_SUFFIX)].values)
     draws = idata.posterior[value_name.removesuffix("_log__")].values
     draws = np.log(draws) if value_name.endswith("_log__") else draws
     return draws.reshape(draws.shape[0], draws.shape[1], -1)
+
+
+#: the value variable's suffix of a packed Cholesky factor (``pm.LKJCholeskyCov``)
+PACKED_SUFFIX = "_cholesky-cov-packed__"
+
+
+def packed_cholesky(packed: np.ndarray) -> np.ndarray:
+    """A packed lower-triangular factor's draws (chain, draw, n (n + 1) / 2), row by row, in
+    its unconstrained coordinates: the log of the diagonal entries."""
+    size = packed.shape[-1]
+    n = int(round((np.sqrt(8 * size + 1) - 1) / 2))
+    diagonal = np.cumsum(np.arange(1, n + 1)) - 1
+    out = packed.astype(np.float64, copy=True)
+    out[..., diagonal] = np.log(out[..., diagonal])
+    return out
 
 
 def recentred(layer) -> bool:

@@ -30,6 +30,7 @@ from pytensor.tensor.sharedvar import TensorSharedVariable
 
 from pymc_bigdata.model.function_cache import FunctionCache
 from pymc_bigdata.model.graph import ModelGraph
+from pymc_bigdata.model.prior_hessian import hessian_by_differences, holds_linear_algebra
 
 __all__ = ["ChunkFunction", "CompiledModel", "compile_function", "strict_floats"]
 
@@ -196,8 +197,18 @@ class CompiledModel:
         return self.hessian_fn(theta, *rows)
 
     def prior_hessian(self, theta: np.ndarray) -> np.ndarray:
-        """Dense Hessian (d, d) of the log prior."""
+        """Dense Hessian (d, d) of the log prior: exact (:attr:`prior_hessian_fn`), or by
+        central differences of the compiled gradient where the prior holds linear algebra
+        (:attr:`prior_hessian_by_differences`, :mod:`~pymc_bigdata.model.prior_hessian`)."""
+        if self.prior_hessian_by_differences:
+            return hessian_by_differences(lambda x: self.prior_logp_grad_fn(x)[1], theta)
         return self.prior_hessian_fn(theta)
+
+    @cached_property
+    def prior_hessian_by_differences(self) -> bool:
+        """Whether :meth:`prior_hessian` reads the Hessian by differences: the prior holds
+        linear algebra, whose exact Hessian graph is slow to compile."""
+        return holds_linear_algebra(self.graph.prior_graph, self.graph.theta)
 
     # ------------------------------------------------------------------ prior and sums
     @cached_property
