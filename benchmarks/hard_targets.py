@@ -20,13 +20,16 @@ ESS per chain below 100 or an R-hat above 1.01, which ``pm.sample`` reports with
 and the largest errors in units of the run's own Monte Carlo standard errors (ArviZ's
 ``mcse`` of the mean and of the sd): a coordinate with heavy tails (``sparse_regions``'
 ``log tau_b``, kurtosis 25) has an sd that 2,000 draws cannot pin to 10 %. ``--seeds``
-repeats each run at other seeds; the json rows keep every coordinate's errors for models of
-at most ``PER_COORDINATE_UP_TO`` coordinates.
+repeats each run at other seeds, ``--draws`` lengthens it (kept draws per chain: a longer run
+tells a bias from Monte Carlo error); the json rows keep every coordinate's errors for models
+of at most ``PER_COORDINATE_UP_TO`` coordinates.
 
     .venv/bin/python benchmarks/hard_targets.py            # writes results/hard_targets.{md,json}
     .venv/bin/python benchmarks/hard_targets.py --only scale_few_rows --samplers SBPS
     .venv/bin/python benchmarks/hard_targets.py --only sparse_regions_centred --seeds 1 2 3
     .venv/bin/python benchmarks/hard_targets.py --samplers SGHMC --gather windows
+    .venv/bin/python benchmarks/hard_targets.py --only group_logistic_noncentred \
+        --samplers HMCECS --seeds 2026 7 --draws 5000
 """
 
 from __future__ import annotations
@@ -224,6 +227,7 @@ def run_one(
     seed: int = 2026,
     gather: str | None = None,
     low_rank: int | None = None,
+    draws: int = 1000,
 ) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
@@ -244,6 +248,7 @@ def run_one(
         warnings.simplefilter("always")
         idata = pm.sample(
             step=step,
+            draws=draws,
             chains=2,
             cores=1,
             random_seed=seed,
@@ -284,6 +289,7 @@ def run_one(
         "model": name,
         "sampler": sampler,
         "seed": seed,
+        "draws": draws,
         "dim": step.layer.dim,
         "rows": step.layer.n_rows,
         "setup_s": setup,
@@ -488,6 +494,9 @@ def main(argv=None) -> None:
         help="low_rank: correct the diagonal preconditioner along this many flattest and "
         "stiffest directions (default: the step's own, 'auto'; 0: none)",
     )
+    parser.add_argument(
+        "--draws", type=int, default=1000, help="kept draws per chain (pm.sample's draws)"
+    )
     args = parser.parse_args(argv)
     commit = git_revision()  # "+dirty" where pymc_bigdata/ has uncommitted changes
     coordinates = False if args.model_coordinates else (args.coordinates or "auto")
@@ -506,13 +515,21 @@ def main(argv=None) -> None:
             for seed in args.seeds:
                 rows.append(
                     run_one(
-                        name, model, ref, sampler, coordinates, seed, args.gather, args.low_rank
+                        name,
+                        model,
+                        ref,
+                        sampler,
+                        coordinates,
+                        seed,
+                        args.gather,
+                        args.low_rank,
+                        args.draws,
                     )
                 )
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = (
         f"# Hard targets, defaults (pymc_bigdata at {commit})\n\n"
-        "pm.sample defaults (1000 tune, 1000 draws, 2 chains, cores=1), random_seed "
+        f"pm.sample defaults (1000 tune, {args.draws} draws, 2 chains, cores=1), random_seed "
         f"{', '.join(map(str, args.seeds))}; "
         "errors in the unconstrained coordinates against the references of tests/references "
         "(NUTS, importance sampling, or the analytic posterior)"

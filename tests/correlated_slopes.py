@@ -17,7 +17,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import scipy.optimize
-from hard_models import _exact_moments, geometric_sizes
+from hard_models import _exact_moments, slopes_rows
 
 #: the true covariance's sds and correlation, and the LKJ prior's eta
 TRUE_SDS, TRUE_CORR, ETA = (0.4, 0.3), -0.6, 2.0
@@ -39,15 +39,13 @@ def make_correlated_slopes_data(
     group : ndarray of int, shape (n_rows,)
     x, y : ndarray, shape (n_rows,)
     """
-    rng = np.random.default_rng(seed)
-    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
-    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
-    e1, e2 = rng.standard_normal((2, n_groups))
-    a = 0.5 + TRUE_SDS[0] * e1
-    b = -0.3 + TRUE_SDS[1] * (TRUE_CORR * e1 + np.sqrt(1.0 - TRUE_CORR**2) * e2)
-    x = rng.standard_normal(n_rows)
-    y = a[group] + b[group] * x + rng.standard_normal(n_rows)
-    return group, x, y
+
+    def effects(e1: np.ndarray, e2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = 0.5 + TRUE_SDS[0] * e1
+        b = -0.3 + TRUE_SDS[1] * (TRUE_CORR * e1 + np.sqrt(1.0 - TRUE_CORR**2) * e2)
+        return a, b
+
+    return slopes_rows(n_rows, n_groups, np.random.default_rng(seed), effects)
 
 
 def _covariance_prior() -> pm.Distribution:

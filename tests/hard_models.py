@@ -20,6 +20,7 @@ posterior by linear algebra, so it has no stored file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -696,11 +697,26 @@ def make_varying_slopes_data(
     group : ndarray of int, shape (n_rows,)
     x, y : ndarray, shape (n_rows,)
     """
-    rng = np.random.default_rng(seed)
+    return slopes_rows(
+        n_rows,
+        n_groups,
+        np.random.default_rng(seed),
+        lambda e1, e2: (0.5 + 0.4 * e1, -0.3 + 0.3 * e2),
+    )
+
+
+def slopes_rows(
+    n_rows: int,
+    n_groups: int,
+    rng: np.random.Generator,
+    effects: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of a varying intercepts and slopes model: geometric group sizes from 5 rows up
+    (shuffled), the groups' ``(a, b) = effects(e1, e2)`` of two standard-normal vectors, a
+    standard-normal covariate ``x`` and ``y = a[group] + b[group] x + e``."""
     sizes = geometric_sizes(n_rows, n_groups, smallest=5)
     group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
-    a = 0.5 + 0.4 * rng.standard_normal(n_groups)
-    b = -0.3 + 0.3 * rng.standard_normal(n_groups)
+    a, b = effects(rng.standard_normal(n_groups), rng.standard_normal(n_groups))
     x = rng.standard_normal(n_rows)
     y = a[group] + b[group] * x + rng.standard_normal(n_rows)
     return group, x, y
