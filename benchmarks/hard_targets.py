@@ -227,7 +227,7 @@ def run_one(
     seed: int = 2026,
     gather: str | None = None,
     low_rank: int | None = None,
-    draws: int = 1000,
+    kept_draws: int = 1000,
 ) -> dict:
     batch = MODELS[name][1]
     kwargs = {} if batch is None else {"batch_size": batch}
@@ -248,7 +248,7 @@ def run_one(
         warnings.simplefilter("always")
         idata = pm.sample(
             step=step,
-            draws=draws,
+            draws=kept_draws,
             chains=2,
             cores=1,
             random_seed=seed,
@@ -289,7 +289,7 @@ def run_one(
         "model": name,
         "sampler": sampler,
         "seed": seed,
-        "draws": draws,
+        "draws": kept_draws,
         "dim": step.layer.dim,
         "rows": step.layer.n_rows,
         "setup_s": setup,
