@@ -4,15 +4,16 @@
 compiled batch of Hessian-vector products (forward over reverse mode, vectorised over the
 identity). For a prior whose graph holds linear algebra — ``pm.MvNormal`` (``Cholesky``,
 ``SolveTriangular``), ``pm.LKJCholeskyCov`` used as a covariance, anything PyMC writes as an
-``OpFromGraph`` — that graph is slow to compile: on the correlated varying intercepts and slopes
-below (``pm.MvNormal("ab", mu, chol=chol, shape=(40, 2))`` with an ``LKJCholeskyCov``, d = 85),
-32.5 s of Numba compilation (with PyTensor's note that it runs a ``Blockwise`` ``AllocDiag`` in
-object mode), 45.6 s of the step's 50.5 s set-up in a warm compile cache; with the C backend
-78 s, with ``FAST_COMPILE`` 8.4 s. The prior's value and gradient are compiled anyway (the MAP
-search's), and the Hessian is needed only a handful of times in the set-up (Newton steps, the
-Laplace fit, the curvature readings), so for such priors it is read from ``2 d`` gradient calls
-instead: 2 ms there, within ``2e-11`` of the exact Hessian relative to its largest entry (one-off,
-``benchmarks/results/prior_hessian_setup.md`` for the set-up's time).
+``OpFromGraph`` — that graph is slow to compile. On the centred correlated varying intercepts
+and slopes of ``tests/correlated_slopes.py`` (``pm.MvNormal("ab", mu, chol=chol, shape=(40,
+2))`` with an ``LKJCholeskyCov``, d = 85; one-off profile, warm compile cache) it took 32.5 s
+of Numba compilation (PyTensor notes that it runs a ``Blockwise`` ``AllocDiag`` in object
+mode), 45.6 s of the step's 50.5 s set-up; with the C backend 78 s, with ``FAST_COMPILE``
+8.4 s. The prior's value and gradient are compiled anyway (the MAP search's), and the Hessian
+is needed only a handful of times in the set-up (Newton steps, the Laplace fit, the
+curvature readings), so for such priors it is read from ``2 d`` gradient calls instead: 2 ms
+there, within ``2e-11`` of the exact Hessian relative to its largest entry (one-off). The
+set-up's time before and after: ``benchmarks/results/prior_hessian_setup.md``.
 
 Priors without such operations (every hard target of the tests) keep the exact Hessian: their
 draws do not change.
