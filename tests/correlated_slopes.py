@@ -159,8 +159,9 @@ def correlated_slopes_exact(
     sds = _laplace_sds(lambda p: conditional(p)[0], mode)
     axes = [m + s * np.linspace(*e, n_grid) for m, s, e in zip(mode, sds, extents)]
     points = list(itertools.product(*axes))
-    parts = [conditional(np.array(p)) for p in points]
-    log_w = np.array([p[0] for p in parts])
+    # the log densities first; the Gaussian moments again only where the weight counts (kept
+    # for every point, the d x d covariances would fill gigabytes)
+    log_w = np.array([conditional(np.array(p))[0] for p in points])
     w = np.exp(log_w - log_w.max())
     w /= w.sum()
     faces = w.reshape(n_grid, n_grid, n_grid)
@@ -170,9 +171,10 @@ def correlated_slopes_exact(
     first: dict[str, np.ndarray] = {}
     second: dict[str, np.ndarray] = {}
     eye = np.eye(dim)
-    for weight, point, (_, mean, cov) in zip(w, points, parts):
+    for weight, point in zip(w, points):
         if weight < 1e-14:
             continue
+        _, mean, cov = conditional(np.array(point))
         inv_chol = np.linalg.inv(conditional.factor(np.array(point)))
         # z[:, k] = L^-1 (ab_k - mu); z is (2, J) row-major
         to_z = np.zeros((2 * j, dim))
