@@ -183,26 +183,11 @@ def reference(name: str):
 
 
 def unconstrained(idata, value_name: str) -> np.ndarray:
-    if value_name.endswith(PACKED_SUFFIX):  # LKJCholeskyCov: log of the diagonal entries
-        return packed_cholesky(idata.posterior[value_name.removesuffix(PACKED_SUFFIX)].values)
+    if value_name.endswith(cs.PACKED_SUFFIX):  # LKJCholeskyCov: log of the diagonal entries
+        return cs.packed_cholesky(idata.posterior[value_name.removesuffix(cs.PACKED_SUFFIX)].values)
     draws = idata.posterior[value_name.removesuffix("_log__")].values
     draws = np.log(draws) if value_name.endswith("_log__") else draws
     return draws.reshape(draws.shape[0], draws.shape[1], -1)
-
-
-#: the value variable's suffix of a packed Cholesky factor (``pm.LKJCholeskyCov``)
-PACKED_SUFFIX = "_cholesky-cov-packed__"
-
-
-def packed_cholesky(packed: np.ndarray) -> np.ndarray:
-    """A packed lower-triangular factor's draws (chain, draw, n (n + 1) / 2), row by row, in
-    its unconstrained coordinates: the log of the diagonal entries."""
-    size = packed.shape[-1]
-    n = int(round((np.sqrt(8 * size + 1) - 1) / 2))
-    diagonal = np.cumsum(np.arange(1, n + 1)) - 1
-    out = packed.astype(np.float64, copy=True)
-    out[..., diagonal] = np.log(out[..., diagonal])
-    return out
 
 
 def recentred(layer) -> bool:

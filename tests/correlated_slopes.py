@@ -27,6 +27,21 @@ GRID_EXTENTS = ((-7.0, 12.0), (-16.0, 10.0), (-7.0, 12.0))
 PACKED = "chol_cholesky-cov-packed__"
 
 
+#: the value variable's suffix of a packed Cholesky factor (``pm.LKJCholeskyCov``)
+PACKED_SUFFIX = "_cholesky-cov-packed__"
+
+
+def packed_cholesky(packed: np.ndarray) -> np.ndarray:
+    """A packed lower-triangular factor's draws (chain, draw, n (n + 1) / 2), row by row, in
+    its unconstrained coordinates: the log of the diagonal entries."""
+    size = packed.shape[-1]
+    n = int(round((np.sqrt(8 * size + 1) - 1) / 2))
+    diagonal = np.cumsum(np.arange(1, n + 1)) - 1
+    out = packed.astype(np.float64, copy=True)
+    out[..., diagonal] = np.log(out[..., diagonal])
+    return out
+
+
 def make_correlated_slopes_data(
     n_rows: int = 100_000, n_groups: int = 40, seed: int = 23
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

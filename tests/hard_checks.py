@@ -14,6 +14,7 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 from conftest import check_posterior
+from correlated_slopes import PACKED_SUFFIX, packed_cholesky
 from hard_models import (
     hier_logistic,
     sbps_paper_logistic,
@@ -72,7 +73,10 @@ def reference(name: str) -> dict[str, np.ndarray]:
 
 
 def unconstrained_draws(model, idata, value_name: str) -> np.ndarray:
-    """Draws of a value variable (``sigma_log__`` = log sigma) from the constrained trace."""
+    """Draws of a value variable (``sigma_log__`` = log sigma; a packed Cholesky factor with
+    the log of its diagonal) from the constrained trace."""
+    if value_name.endswith(PACKED_SUFFIX):
+        return packed_cholesky(idata.posterior[value_name.removesuffix(PACKED_SUFFIX)].values)
     rv_name = value_name.removesuffix("_log__")
     draws = idata.posterior[rv_name].values
     draws = np.log(draws) if value_name.endswith("_log__") else draws

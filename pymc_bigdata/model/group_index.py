@@ -15,7 +15,16 @@ from pytensor.tensor.subtensor import AdvancedSubtensor
 from pymc_bigdata.data import row_column
 from pymc_bigdata.model.row_data import data_value, strip_minibatch
 
-__all__ = ["GroupIndex", "group_index", "peel", "row_index"]
+__all__ = [
+    "GroupIndex",
+    "constant_value",
+    "group_index",
+    "other_uses",
+    "peel",
+    "row_index",
+    "view_name",
+    "walk",
+]
 
 
 def peel(var: Variable, broadcasts: bool = False) -> Variable:
@@ -80,3 +89,38 @@ def group_index(effect: Variable, read: set[Variable]) -> GroupIndex:
     if row_column(var) is not None:
         return GroupIndex(None, var, True)
     return GroupIndex(np.asarray(data_value(var)), var, True)
+
+
+def walk(outputs: list[Variable], blockers: set[Variable]) -> set[Variable]:
+    """Every variable ``outputs`` read, not looking past ``blockers`` (which are included)."""
+    seen: set[Variable] = set()
+    stack = list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if var.owner is not None and var not in blockers:
+            stack.extend(var.owner.inputs)
+    return seen
+
+
+def other_uses(model, rv: Variable) -> list[Variable]:
+    """The graphs of ``model`` (a ``pm.Model``) that may read ``rv``: the observed
+    variables, the other free variables' parameters and the potentials."""
+    params = [i for r in model.free_RVs if r is not rv for i in r.owner.inputs]
+    return [*model.observed_RVs, *params, *model.potentials]
+
+
+def constant_value(var: Variable) -> np.ndarray | None:
+    """The value of a constant (through views and dimshuffles), else None."""
+    var = peel(var, broadcasts=True)
+    return np.asarray(var.data, dtype=np.float64) if isinstance(var, Constant) else None
+
+
+def view_name(var: Variable, read: set[Variable]) -> str | None:
+    """The name of a ``pm.Deterministic`` view of ``var`` among ``read`` (else ``var``'s)."""
+    for view in sorted(read, key=id):
+        if view is not var and view.name and view.owner is not None and peel(view) is var:
+            return view.name
+    return var.name

@@ -34,13 +34,22 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pymc as pm
 from pymc.logprob.transforms import LogTransform
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Variable
 from pytensor.scalar import Add, Mul
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.subtensor import AdvancedSubtensor
 
-from pymc_bigdata.model.group_index import GroupIndex, group_index, peel, row_index
+from pymc_bigdata.model.group_index import (
+    GroupIndex,
+    group_index,
+    other_uses,
+    peel,
+    row_index,
+    view_name,
+    walk,
+)
+from pymc_bigdata.model.group_index import constant_value as _constant
 from pymc_bigdata.model.linear_loc import LinearLoc, linear_loc
 from pymc_bigdata.model.nested_loc import ParentLoc
 
@@ -184,16 +193,16 @@ def find_loc_scale_effects(
     point = model.initial_point() if point is None else point
     layout = _Layout(model, value_vars, point)
     free = set(model.free_RVs)
-    read = _walk(list(model.observed_RVs), blockers=free)
+    read = walk(list(model.observed_RVs), blockers=free)
     found: dict[Variable, LocScaleEffect] = {}
     for var in _candidates(read):
         match = _match_noncentred(var, layout)
         if match is None or match[0] in found:
             continue
         z_rv, loc, scale, index = match
-        if z_rv in _walk(_other_uses(model, z_rv), blockers=free | {var}):
+        if z_rv in walk(other_uses(model, z_rv), blockers=free | {var}):
             continue  # z reaches the model other than through this expression
-        name = _effect_name(var, read) or z_rv.name
+        name = view_name(var, read) or z_rv.name
         group = group_index(var, read) if index is None else row_index(index)
         record = layout.record(name, False, z_rv, loc, scale, group)
         if record is not None:
@@ -399,33 +408,6 @@ class _Layout:
         )
 
 
-def _walk(outputs: list[Variable], blockers: set[Variable]) -> set[Variable]:
-    """Every variable ``outputs`` read, not looking past ``blockers`` (which are included)."""
-    seen: set[Variable] = set()
-    stack = list(outputs)
-    while stack:
-        var = stack.pop()
-        if var in seen:
-            continue
-        seen.add(var)
-        if var.owner is not None and var not in blockers:
-            stack.extend(var.owner.inputs)
-    return seen
-
-
-def _other_uses(model: pm.Model, rv: Variable) -> list[Variable]:
-    """The graphs that may read ``rv``: the observed variables, the other free variables'
-    parameters and the potentials."""
-    params = [i for r in model.free_RVs if r is not rv for i in r.owner.inputs]
-    return [*model.observed_RVs, *params, *model.potentials]
-
-
-def _constant(var: Variable) -> np.ndarray | None:
-    """The value of a constant (through views and dimshuffles), else None."""
-    var = peel(var, broadcasts=True)
-    return np.asarray(var.data, dtype=np.float64) if isinstance(var, Constant) else None
-
-
 def _elemwise(var: Variable, scalar_op: type) -> list[Variable] | None:
     """The two inputs of ``var`` where it is an elementwise binary ``scalar_op``."""
     node = var.owner
@@ -514,11 +496,3 @@ def _size(rv: Variable, layout: _Layout) -> int:
     """The number of entries of the sampled vector ``rv``."""
     sl = layout.sampled(rv)
     return sl.stop - sl.start
-
-
-def _effect_name(var: Variable, read: set[Variable]) -> str | None:
-    """The name of a ``pm.Deterministic`` view of ``var`` that the likelihood reads."""
-    for view in sorted(read, key=id):
-        if view is not var and view.name and view.owner is not None and peel(view) is var:
-            return view.name
-    return var.name

@@ -22,6 +22,12 @@ import warnings
 
 import numpy as np
 
+from pymc_bigdata.model.correlated_effects import find_correlated_effects
+from pymc_bigdata.model.correlated_reparam import (
+    CorrelatedReparam,
+    choose_correlated_centredness,
+    group_information,
+)
 from pymc_bigdata.model.group_fit import GroupFit, bulk_point, fit_groups, fit_parent, scale_at
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
 from pymc_bigdata.model.minibatch import MinibatchModel
@@ -185,34 +191,48 @@ def sampling_layer(layer: MinibatchModel, coordinates: str | None) -> MinibatchM
 
 
 def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
-    """:func:`sampling_layer`'s layer for a layer in the model's own coordinates."""
+    """:func:`sampling_layer`'s layer for a layer in the model's own coordinates. A
+    non-centred correlated effect (:mod:`~pymc_bigdata.model.correlated_effects`) has its
+    data-rich groups centred (:func:`~pymc_bigdata.model.correlated_reparam.
+    choose_correlated_centredness`, read at the model's MAP) in either coordinates."""
     effects = loc_scale_effects(layer)
-    if not effects:
+    correlated = find_correlated_effects(layer.model, layer.value_vars)
+    if not effects and not correlated:
         return layer
-    identity = LocScaleReparams([LocScaleReparam(e, e.model_centredness) for e in effects])
+    identity = LocScaleReparams(
+        [LocScaleReparam(e, e.model_centredness) for e in effects]
+        + [CorrelatedReparam(e, 0.0) for e in correlated]
+    )
     # "centre" moves this layer's shared centredness; "whiten" builds its own layer below
-    searched = layer if coordinates == "whiten" else layer.reparameterised(identity)
+    whiten = coordinates == "whiten" and bool(effects)
+    searched = layer if whiten else layer.reparameterised(identity)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the step's own start reports on its fit
         theta = searched.map_estimate().theta  # the model's own coordinates still
     if not np.all(np.isfinite(theta)):
         return searched
+    scalar_order = [i for i in identity.parents_first if i < len(effects)]
     with np.errstate(all="ignore"):
-        fits = _fit_effects(effects, searched, theta, identity.parents_first)
+        fits = _fit_effects(effects, searched, theta, scalar_order)
+        chosen_correlated = [
+            choose_correlated_centredness(group_information(e, theta, searched.full_loglik_hvp))
+            for e in correlated
+        ]
     chosen = [
         _snapped(choose_centredness(f.information_below(PARENT_SCALE_SDS if e.children else 0)))
         for e, f in zip(effects, fits)
     ]
     moves = [np.max(np.abs(c - e.model_centredness)) for e, c in zip(effects, chosen)]
+    moves += [np.max(c) for c in chosen_correlated]
     off_bulk = [abs(np.log(scale_at(e, theta) / f.scale)) for e, f in zip(effects, fits)]
-    if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk) <= np.log(BULK_SCALE_RATIO):
+    if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk, default=0.0) <= np.log(BULK_SCALE_RATIO):
         return searched
     start = theta
-    for i in identity.parents_first:  # a nested effect's bulk is about its parents' new point
+    for i in scalar_order:  # a nested effect's bulk is about its parents' new point
         start = bulk_point(effects[i], start, fits[i])
-    for reparam, c in zip(identity.reparams, chosen):
+    for reparam, c in zip(identity.reparams, chosen + chosen_correlated):
         reparam.set_centredness(c)
-    if coordinates == "whiten":
+    if whiten:
         return _whitened_layer(layer, effects, identity, start)
     searched.map_estimate(identity.from_model(start))  # cached for the step's start
     return searched
@@ -238,9 +258,11 @@ def _whitened_layer(
     mode = centred.map_estimate(centring.from_model(start))
     if mode.problem is None and np.all(np.isfinite(mode.theta)):
         start = centring.to_model(mode.theta)
+    n_scalar = len(effects)
     with np.errstate(all="ignore"):
-        fits = _fit_effects(effects, layer, start, centring.parents_first)
-    moved = LocScaleReparams(_whitened(effects, fits))
+        order = [i for i in centring.parents_first if i < n_scalar]
+        fits = _fit_effects(effects, layer, start, order)
+    moved = LocScaleReparams(_whitened(effects, fits) + centring.reparams[n_scalar:])
     searched = layer.reparameterised(moved)
     searched.map_estimate(moved.from_model(start))  # cached for the step's start
     return searched

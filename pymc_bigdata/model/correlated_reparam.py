@@ -1,0 +1,214 @@
+"""Sampling coordinates for correlated group effects: data-rich groups centred.
+
+For a non-centred correlated effect (:mod:`pymc_bigdata.model.correlated_effects`), group
+``j``'s effects are ``ab_j = mu + L z_j`` with ``z_j`` (a column of the ``K x J`` matrix
+``z``) standard normal a priori. The sampler's vector ``phi`` holds ``w_j`` in ``z_j``'s
+slots, with a centredness ``c_j`` in {0, 1} per group (the matrix form of
+:mod:`pymc_bigdata.model.reparam`'s, at its two ends; a matrix power of ``L`` between them
+is not built)::
+
+    z_j = c_j L^-1 (w_j - mu) + (1 - c_j) w_j                                 (1)
+    w_j = c_j (mu + L z_j) + (1 - c_j) z_j                                     (2)
+    log |det dtheta/dphi| = -(sum_j c_j) sum_k log L_kk                        (3)
+
+so ``w_j = ab_j ~ MvNormal(mu, L L')`` for a centred group and ``w_j = z_j`` otherwise.
+``mu`` and ``L`` are shared coordinates, so the Jacobian is block triangular and (3) is the
+log determinant of its ``z`` block, ``L^-1`` once per centred group. The density of ``phi``
+is ``p(theta(phi)) |det dtheta/dphi|``, which is the model written with ``w``.
+
+:class:`CorrelatedReparam` is the map in numpy (draws back to the model's variables) and in
+PyTensor (the layer's graphs in ``phi``), with the same interface as
+:class:`~pymc_bigdata.model.reparam.LocScaleReparam`, so
+:class:`~pymc_bigdata.model.reparam.LocScaleReparams` composes both kinds;
+:func:`choose_correlated_centredness` is the rule for ``c_j``, from each group's information
+(:func:`group_information`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.tensor.slinalg import solve_triangular
+
+from pymc_bigdata.model.correlated_effects import CorrelatedEffect
+
+__all__ = [
+    "CENTRE_ABOVE",
+    "CorrelatedReparam",
+    "choose_correlated_centredness",
+    "group_information",
+]
+
+#: a group is sampled centred where the geometric mean over its ``K`` directions of
+#: ``1 + h`` exceeds ``1 + CENTRE_ABOVE`` (``h`` the eigenvalues of its rows' information
+#: about ``z_j``): for ``K = 1`` this is ``h_j > 1``, where the scalar rule's
+#: ``c_j = h_j / (1 + h_j)`` passes 1/2
+CENTRE_ABOVE = 1.0
+
+
+def group_information(
+    effect: CorrelatedEffect,
+    theta: np.ndarray,
+    loglik_hvp: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """``H_j = -d^2 loglik / dz_j^2``, shape (J, K, K), at ``theta`` (the model's
+    coordinates): ``L' K_j L`` with ``K_j`` group ``j``'s rows' precision about ``ab_j``.
+
+    ``K`` full-data Hessian-vector products, one along each row of ``z``, give the blocks
+    where each row of data reads one group's effects; otherwise they are the diagonal blocks
+    of a fuller Hessian, which moves the choice of coordinates, never the target. Non-finite
+    entries count as 0.
+    """
+    k, j = effect.n_effects, effect.n_groups
+    sl = effect.effect_slice
+    columns = []
+    for row in range(k):
+        direction = np.zeros_like(theta)
+        direction[sl.start + row * j : sl.start + (row + 1) * j] = 1.0
+        columns.append(-np.asarray(loglik_hvp(theta, direction))[sl].reshape(k, j))
+    blocks = np.stack(columns, axis=-1).transpose(1, 0, 2)  # [j, k', k]
+    return np.nan_to_num(0.5 * (blocks + blocks.transpose(0, 2, 1)))
+
+
+def choose_correlated_centredness(information: np.ndarray) -> np.ndarray:
+    """``c_j`` in {0, 1} from each group's information ``H_j`` (shape (J, K, K),
+    :func:`group_information`): 1 where its rows pin its effects down (see
+    :data:`CENTRE_ABOVE`)."""
+    eigenvalues = np.clip(np.linalg.eigvalsh(information), 0.0, None)
+    mean_log = np.mean(np.log1p(eigenvalues), axis=-1)
+    return (mean_log > np.log1p(CENTRE_ABOVE)).astype(np.float64)
+
+
+class CorrelatedReparam:
+    """Eqs. (1)-(3) for one correlated effect: the sampler's ``phi`` (``w`` in ``z``'s slots)
+    and the model's ``theta``, all other entries shared. Vectors may carry leading batch
+    axes (``phi[..., d]``).
+
+    Parameters
+    ----------
+    effect
+        The effect (from :func:`~pymc_bigdata.model.correlated_effects.
+        find_correlated_effects`).
+    centredness
+        ``c_j`` in {0, 1}, one per group or one for all.
+    """
+
+    def __init__(self, effect: CorrelatedEffect, centredness: float | np.ndarray):
+        self.effect = effect
+        #: ``c_j`` in the symbolic map (a shared vector: compiled functions follow
+        #: :meth:`set_centredness`)
+        self.shared_centredness = pytensor.shared(np.zeros(effect.n_groups), effect.name + "_c")
+        self.set_centredness(centredness)
+
+    def set_centredness(self, centredness: float | np.ndarray) -> None:
+        """Move to centredness ``c_j`` (0 or 1; one per group, or one for all)."""
+        c = np.broadcast_to(np.asarray(centredness, dtype=np.float64), (self.effect.n_groups,))
+        if not np.all((c == 0.0) | (c == 1.0)):
+            raise ValueError(f"{self.effect.name}: centredness must be 0 or 1, got {c}.")
+        self.centredness = c.copy()
+        self.shared_centredness.set_value(self.centredness.copy())
+
+    @property
+    def moves_coordinates(self) -> bool:
+        """Whether some group is sampled centred (the model's own are non-centred)."""
+        return bool(np.any(self.centredness != 0.0))
+
+    def key(self) -> bytes:
+        """A key of the current centredness."""
+        return self.centredness.tobytes()
+
+    # ------------------------------------------------------------------ parts of a vector
+    def _factor(self, x: np.ndarray) -> np.ndarray:
+        """``L`` at ``x``, shape (..., K, K)."""
+        e = self.effect
+        packed = np.array(x[..., e.scale_slice], dtype=np.float64)
+        packed[..., e.log_entries] = np.exp(packed[..., e.log_entries])
+        chol = np.zeros(x.shape[:-1] + (e.n_effects, e.n_effects))
+        chol[..., e.rows, e.cols] = packed
+        return chol
+
+    def _loc(self, x: np.ndarray) -> np.ndarray:
+        """``mu`` at ``x``, shape (..., K, 1)."""
+        e = self.effect
+        mu = e.loc_value if e.loc_slice is None else x[..., e.loc_slice]
+        return np.broadcast_to(mu, x.shape[:-1] + (e.n_effects,))[..., None]
+
+    def _matrix(self, x: np.ndarray) -> np.ndarray:
+        """The effect's slots of ``x`` as ``(..., K, J)``."""
+        e = self.effect
+        return x[..., e.effect_slice].reshape(x.shape[:-1] + (e.n_effects, e.n_groups))
+
+    def _set(self, x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+        out = x.copy()
+        out[..., self.effect.effect_slice] = matrix.reshape(x.shape[:-1] + (-1,))
+        return out
+
+    # ------------------------------------------------------------------ the map
+    def to_model(self, phi: np.ndarray) -> np.ndarray:
+        """``theta`` at ``phi`` (Eq. 1)."""
+        phi = np.asarray(phi, dtype=np.float64)
+        w, c = self._matrix(phi), self.centredness
+        centred = np.linalg.solve(self._factor(phi), w - self._loc(phi))
+        return self._set(phi, c * centred + (1.0 - c) * w)
+
+    def from_model(self, theta: np.ndarray) -> np.ndarray:
+        """``phi`` at ``theta`` (Eq. 2)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        z, c = self._matrix(theta), self.centredness
+        effects = self._loc(theta) + self._factor(theta) @ z
+        return self._set(theta, c * effects + (1.0 - c) * z)
+
+    def log_jacobian(self, phi: np.ndarray) -> float | np.ndarray:
+        """``log |det dtheta/dphi|`` at ``phi`` (Eq. 3); an array over leading batch axes."""
+        phi = np.asarray(phi, dtype=np.float64)
+        log_diagonal = phi[..., self.effect.scale_slice][..., self.effect.log_entries]
+        out = -self.centredness.sum() * log_diagonal.sum(axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
+        """The gradient in ``phi`` of ``f(to_model(phi)) + log_jacobian(phi)`` from
+        ``grad_theta``, the gradient of ``f`` at ``to_model(phi)``."""
+        phi = np.asarray(phi, dtype=np.float64)
+        g = np.asarray(grad_theta, dtype=np.float64)
+        e, c = self.effect, self.centredness
+        chol = self._factor(phi)
+        g_z = self._matrix(g)
+        # v = L^-T (c g_z): the cotangent of L^-1 (w - mu) on the centred groups
+        v = np.linalg.solve(np.swapaxes(chol, -1, -2), c * g_z)
+        out = self._set(g, (1.0 - c) * g_z + v)
+        if e.loc_slice is not None:
+            out[..., e.loc_slice] -= v.sum(axis=-1)
+        u = np.linalg.solve(chol, self._matrix(phi) - self._loc(phi))
+        grad_chol = -v @ np.swapaxes(c * u, -1, -2)  # d/dL of <c g_z, L^-1 (w - mu)>
+        grad_packed = grad_chol[..., e.rows, e.cols]
+        diagonal = chol[..., e.rows, e.cols][..., e.log_entries]
+        grad_packed[..., e.log_entries] *= diagonal  # the value is log L_kk there
+        grad_packed[..., e.log_entries] -= c.sum()  # Eq. (3)
+        out[..., e.scale_slice] += grad_packed
+        return out
+
+    # ------------------------------------------------------------------ in PyTensor
+    def _symbolic_parts(self, phi: pt.TensorVariable) -> tuple:
+        e = self.effect
+        packed = phi[e.scale_slice]
+        packed = pt.set_subtensor(packed[e.log_entries], pt.exp(packed[e.log_entries]))
+        chol = pt.zeros((e.n_effects, e.n_effects), dtype="float64")
+        chol = pt.set_subtensor(chol[e.rows, e.cols], packed)
+        mu = pt.as_tensor(e.loc_value) if e.loc_slice is None else phi[e.loc_slice]
+        return chol, mu
+
+    def symbolic_effect(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        """The model's ``z`` (shape (K, J)) at the symbolic vector ``phi`` (Eq. 1)."""
+        e, c = self.effect, self.shared_centredness
+        chol, mu = self._symbolic_parts(phi)
+        w = phi[e.effect_slice].reshape((e.n_effects, e.n_groups))
+        centred = solve_triangular(chol, w - mu[:, None], lower=True)
+        return c[None, :] * centred + (1.0 - c[None, :]) * w
+
+    def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+        """``log |det dtheta/dphi|`` at the symbolic ``phi`` (Eq. 3)."""
+        log_diagonal = phi[self.effect.scale_slice][self.effect.log_entries]
+        return -pt.sum(self.shared_centredness) * pt.sum(log_diagonal)
