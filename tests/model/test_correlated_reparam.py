@@ -10,7 +10,10 @@ What each test proves (and the one-line mutation of the package it was seen to f
   the numpy pullback, at centrednesses set after the layer compiled;
 * :func:`group_information` is ``L' K_j L`` exactly on a Gaussian likelihood, with ``K_j`` the
   group's rows' ``X_j' X_j``; :func:`choose_correlated_centredness` is the scalar rule's
-  ``h_j > 1`` for one effect per group and reads every direction of a group for several.
+  ``h_j > 1`` for one effect per group and reads every direction of a group for several;
+* with every group centred, the second-order control variates are exact on a Gaussian
+  likelihood (what a PyTensor miscompilation broke);
+* a scalar loc-scale effect and a correlated one compose in one :class:`LocScaleReparams`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from test_loc_scale import _assert_composition, _Compiled
 
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.correlated_effects import find_correlated_effects
@@ -28,7 +32,7 @@ from pymc_bigdata.model.correlated_reparam import (
     group_information,
 )
 from pymc_bigdata.model.minibatch import MinibatchModel
-from pymc_bigdata.model.reparam import LocScaleReparams
+from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams
 
 SIZES = np.array([1, 3, 10, 40, 200])
 
@@ -164,3 +168,36 @@ def test_second_order_control_variates_are_exact_on_a_gaussian_likelihood(layers
         residuals = moved.difference_terms.residuals(phi, rows, anchor, 2)
         np.testing.assert_allclose(residuals, 0.0, atol=1e-10)
     reparam.set_centredness(0.0)
+
+
+def _with_a_scalar_effect() -> pm.Model:
+    """:func:`_model` plus a non-centred intercept per site (3 sites), a scalar loc-scale
+    effect that :class:`LocScaleReparams` composes with the correlated one."""
+    group, x, y = _data()
+    site = np.arange(group.size) % 3
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0, shape=2)
+        chol, _, _ = pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0))
+        z = pm.Normal("z", 0.0, 1.0, shape=(2, len(SIZES)))
+        ab = pm.Deterministic("ab", mu + pt.dot(chol, z).T)
+        tau = pm.HalfNormal("tau", 1.0)
+        u = pm.Normal("u", 0.0, 1.0, shape=3)
+        s = pm.Deterministic("s", tau * u)
+        pm.Normal("y", ab[group, 0] + ab[group, 1] * x + s[site], 1.0, observed=y)
+    return model
+
+
+def test_scalar_and_correlated_effects_compose():
+    """Both kinds of effect in one model, both moved: the composition inverts, its
+    log-Jacobian is the numerical log-determinant, its pullback the finite-difference
+    gradient of the model's density in ``phi``. Mutation: ``out = self._set(g, (1.0 - c) *
+    g_z + v)`` -> ``out = self._set(g, g_z)`` in ``CorrelatedReparam.pullback``."""
+    compiled = _Compiled(_with_a_scalar_effect())
+    [scalar] = compiled.effects
+    [correlated] = find_correlated_effects(compiled.model)
+    both = LocScaleReparams(
+        [LocScaleReparam(scalar, [1.0, 0.0, 1.0]), CorrelatedReparam(correlated, [1, 0, 1, 1, 0])]
+    )
+    rng = np.random.default_rng(6)
+    theta = compiled.theta0 + 0.3 * rng.standard_normal(compiled.theta0.size)
+    _assert_composition(compiled, both, theta)
