@@ -5,8 +5,9 @@ intercept and a slope with a 2 x 2 covariance from ``pm.LKJCholeskyCov``, writte
 (``pm.MvNormal`` of the pairs) or non-centred (``mu + (chol @ z).T``); the residual sd is known,
 so given the covariance the posterior is Gaussian and the covariance's three unconstrained
 coordinates (the packed Cholesky factor ``[log L00, L10, log L11]``) have a marginal density
-that a grid reads (:func:`correlated_slopes_exact`). Neither form is read as a loc-scale
-effect by the package (a matrix scale), so both are sampled in the model's own coordinates.
+that a grid reads (:func:`correlated_slopes_exact`). The non-centred form's data-rich groups
+are sampled centred (``pymc_bigdata/model/correlated_reparam.py``); the centred form is
+sampled in its own coordinates.
 """
 
 from __future__ import annotations
