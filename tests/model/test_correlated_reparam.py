@@ -148,6 +148,7 @@ def test_centring_rule():
     np.testing.assert_array_equal(choose_correlated_centredness(blocks), [1, 0])
 
 
+@pytest.mark.slow  # compiles the second-order residuals: 46 s from a cold cache
 def test_second_order_control_variates_are_exact_on_a_gaussian_likelihood(layers):
     """With every group centred the row log-likelihood is a quadratic function of ``w``
     alone, so the second-order Taylor residuals that HMC-ECS and AusterityMH subsample are 0
@@ -187,6 +188,7 @@ def _with_a_scalar_effect() -> pm.Model:
     return model
 
 
+@pytest.mark.slow  # compiles the model's logp and dlogp: 20 s from a cold cache
 def test_scalar_and_correlated_effects_compose():
     """Both kinds of effect in one model, both moved: the composition inverts, its
     log-Jacobian is the numerical log-determinant, its pullback the finite-difference
