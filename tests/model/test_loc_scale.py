@@ -422,6 +422,18 @@ def test_pullback_is_gradient_of_phi_density(compiled):
             np.testing.assert_allclose(grad, numerical, rtol=1e-5, atol=1e-4)
 
 
+def _assert_layer_density(layer, moved, maps, rng: np.random.Generator) -> None:
+    """At two random ``phi``: the layer ``moved`` (``layer`` in the coordinates of ``maps``)
+    has ``layer``'s log density at ``maps.to_model(phi)`` plus the log-Jacobian, and its
+    compiled gradient is the numpy pullback."""
+    for _ in range(2):
+        phi = 0.5 * rng.standard_normal(layer.dim)
+        lp, grad = moved.full_logp_grad(phi)
+        lp_model, grad_model = layer.full_logp_grad(maps.to_model(phi))
+        assert lp == pytest.approx(lp_model + maps.log_jacobian(phi), rel=1e-10)
+        np.testing.assert_allclose(grad, maps.pullback(phi, grad_model), atol=1e-8)
+
+
 def _assert_composition(compiled: _Compiled, both: LocScaleReparams, theta: np.ndarray) -> None:
     """The composition inverts at ``theta``; its log-Jacobian is the numerical
     log-determinant and its pullback the finite-difference gradient of the density in phi."""

@@ -29,6 +29,7 @@ import pymc as pm
 import pytest
 from scipy.optimize import minimize
 from scipy.stats import norm
+from test_loc_scale import _assert_layer_density
 
 from pymc_bigdata.model.group_fit import (
     bulk_point,
@@ -83,12 +84,7 @@ def test_layer_density_in_phi(gaussian):
     rng = np.random.default_rng(1)
     for c in (np.zeros(len(SIZES)), np.ones(len(SIZES)), rng.uniform(size=len(SIZES))):
         reparam.reparams[0].set_centredness(c)
-        for _ in range(2):
-            phi = 0.5 * rng.standard_normal(layer.dim)
-            lp, grad = centred.full_logp_grad(phi)
-            lp_model, grad_model = layer.full_logp_grad(reparam.to_model(phi))
-            assert lp == pytest.approx(lp_model + reparam.log_jacobian(phi), rel=1e-10)
-            np.testing.assert_allclose(grad, reparam.pullback(phi, grad_model), atol=1e-8)
+        _assert_layer_density(layer, centred, reparam, rng)
     reparam.reparams[0].set_centredness(effect.model_centredness)
 
 

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_loc_scale import _assert_composition, _Compiled, _nested_model, _variants_model
+from test_loc_scale import (
+    _assert_composition,
+    _assert_layer_density,
+    _Compiled,
+    _nested_model,
+    _variants_model,
+)
 from test_reparam import (
     NESTED_SIZES,
     SIGMA,
@@ -87,12 +93,7 @@ def test_layer_density_in_phi(gaussian):
     rng = np.random.default_rng(12)
     for fit in ((kappa, means), (0.3 * kappa, means + 1.0)):
         whitened.set_fit(*fit)
-        for _ in range(2):
-            phi = 0.5 * rng.standard_normal(layer.dim)
-            lp, grad = moved.full_logp_grad(phi)
-            lp_model, grad_model = layer.full_logp_grad(maps.to_model(phi))
-            assert lp == pytest.approx(lp_model + maps.log_jacobian(phi), rel=1e-10)
-            np.testing.assert_allclose(grad, maps.pullback(phi, grad_model), atol=1e-8)
+        _assert_layer_density(layer, moved, maps, rng)
     whitened.set_fit(kappa, means)
 
 
