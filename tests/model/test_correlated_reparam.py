@@ -102,6 +102,7 @@ def test_map_is_a_bijection_with_its_log_jacobian(layers):
     reparam.set_centredness(0.0)
 
 
+@pytest.mark.slow  # compiles both layers' logp and gradient: 32 s from a cold cache
 def test_layer_density_in_phi(layers):
     """Mutations: ``value - chol[i, j] * rows[j]`` -> ``value + ...`` in
     ``_forward_substitution`` (the layer's graph no longer the numpy map);
