@@ -114,6 +114,7 @@ def test_papers_settings_run_the_plain_version(logistic):
     assert np.all(stats["friction"].values == 50.0)
 
 
+@pytest.mark.slow  # a statistical comparison of 4 runs, 26.5 s (warm) of the default suite
 def test_closer_than_sghmc_with_control_variates_off(logistic):
     """The paper's claim on our data: without control variates, at the same step size,
     friction and minibatch size, EWSG's draws are closer to the posterior than SGHMC's
