@@ -57,9 +57,9 @@ def group_information(
     coordinates): ``L' K_j L`` with ``K_j`` group ``j``'s rows' precision about ``ab_j``.
 
     ``K`` full-data Hessian-vector products, one along each row of ``z``, give the blocks
-    where each row of data reads one group's effects; otherwise they are the diagonal blocks
-    of a fuller Hessian, which moves the choice of coordinates, never the target. Non-finite
-    entries count as 0.
+    where each row of data reads one group's effects; otherwise each block also sums in the
+    group's coupling to the others (a block row sum of a fuller Hessian), which moves the
+    choice of coordinates, never the target. Non-finite entries count as 0.
     """
     k, j = effect.n_effects, effect.n_groups
     sl = effect.effect_slice
