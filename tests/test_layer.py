@@ -549,6 +549,41 @@ def test_find_map_and_hessian_are_exact_for_conjugate_normal_model():
     assert_close(np.linalg.inv(result.hessian), cov, scale=np.abs(cov).max(), what="covariance")
 
 
+
+def test_flat_priors_give_least_squares_and_sample():
+    """Every coefficient ``pm.Flat``: the prior is constant in them, its gradient and Hessian
+    are 0, the MAP is least squares with precision ``X^T X / sigma^2``, and SGHMC samples.
+
+    Catches a prior graph with no path to the values (PyTensor's ``grad`` raised
+    ``DisconnectedInputError`` when the layer was built or the MAP searched for).
+    """
+    rng = np.random.default_rng(506)
+    x = _covariates(rng)[:10_000]
+    sigma = 2.0
+    y = x @ np.array([1.0, -2.0, 0.5]) + sigma * rng.standard_normal(len(x))
+    with pm.Model() as model:
+        beta = pm.Flat("beta", shape=N_COVARIATES)
+        pm.Normal("y", x @ beta, sigma, observed=y)
+    layer = pmbd.MinibatchModel(model)
+    theta = np.array([0.3, -0.1, 2.0])
+    lp, grad = layer.prior_logp_grad(theta)
+    assert lp == 0.0 and np.all(grad == 0.0)
+    assert np.all(layer.prior_hessian(theta) == 0.0)
+
+    precision = x.T @ x / sigma**2
+    cov = np.linalg.inv(precision)
+    result = layer.find_map()
+    sd = np.sqrt(np.diag(cov))
+    least_squares = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert np.all(np.abs(result.theta - least_squares) < 1e-5 * sd)
+    assert_close(result.hessian, precision, scale=np.abs(precision).max(), what="precision")
+    with model:
+        idata = pm.sample(
+            tune=100, draws=100, chains=1, step=pmbd.SGHMC(layer=layer), random_seed=1,
+            progressbar=False, compute_convergence_checks=False,
+        )  # fmt: skip
+    assert np.isfinite(idata.posterior["beta"].values).all()
+
 # ---------------------------------------------------------------------- model variants
 def test_minibatch_model_with_total_size_equals_full_data_model(get_case):
     """A model on pm.Minibatch(X, y) with total_size=N is the same layer as on full data.

@@ -148,6 +148,10 @@ class ModelGraph:
                     "factor over rows; write it as an observed variable instead."
                 )
             prior_terms.append(pt.sum(model.replace_rvs_by_values([pot])[0]))
+        # a zero term, quadratic in every value variable: a prior constant in them (``pm.Flat``
+        # everywhere) has no path to them, and PyTensor's ``grad`` (of the prior, and of its
+        # gradient for the Hessian) refuses such an input
+        prior_terms.extend(0.0 * pt.sum(model.rvs_to_values[rv] ** 2) for rv in model.free_RVs)
         return pt.sum([pt.sum(t) for t in prior_terms])
 
     def _unravel(self, theta: pt.TensorVariable) -> dict[Variable, pt.TensorVariable]:
