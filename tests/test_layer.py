@@ -549,7 +549,6 @@ def test_find_map_and_hessian_are_exact_for_conjugate_normal_model():
     assert_close(np.linalg.inv(result.hessian), cov, scale=np.abs(cov).max(), what="covariance")
 
 
-
 def test_flat_priors_give_least_squares_and_sample():
     """Every coefficient ``pm.Flat``: the prior is constant in them, its gradient and Hessian
     are 0, the MAP is least squares with precision ``X^T X / sigma^2``, and SGHMC samples.
@@ -583,6 +582,7 @@ def test_flat_priors_give_least_squares_and_sample():
             progressbar=False, compute_convergence_checks=False,
         )  # fmt: skip
     assert np.isfinite(idata.posterior["beta"].values).all()
+
 
 # ---------------------------------------------------------------------- model variants
 def test_minibatch_model_with_total_size_equals_full_data_model(get_case):
