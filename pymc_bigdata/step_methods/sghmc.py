@@ -19,6 +19,7 @@ from pymc_bigdata.kernels.sghmc import (
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.compiled_gradient import CompiledGradient, CompiledOracle
 from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.kinetic_temperature import BAOABKineticTemperature
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
 from pymc_bigdata.step_methods.step_refinement import StepRefinement, check_max_refinements
@@ -159,6 +160,7 @@ class SGHMC(SubsamplingStep):
         if self.max_refinements and integrator != "baoab":
             raise ValueError("max_refinements re-runs BAOAB's steps; integrator='sghmc' has none.")
         self.refinement = StepRefinement(self.max_refinements)
+        self.kinetic_expectation = BAOABKineticTemperature()
         self._kernel = _INTEGRATORS[integrator]
         if not isinstance(compiled_loop, bool | np.bool_):
             raise ValueError(f"compiled_loop must be True or False, got {compiled_loop!r}.")
@@ -223,8 +225,12 @@ class SGHMC(SubsamplingStep):
         if self.noise_estimate != "zero":
             noise_var = self._noise_variance(self.cv_order)
             noise_var = noise_var if noise_var.size else None
+        if self._draw_index == 0:
+            self.kinetic_expectation.restart()
         if self.max_refinements:
             new_state, info = self._refined_steps(state, oracle, noise_var)
+            if not self.tune and info.finite:  # the path curvature, measured where refined
+                self.kinetic_expectation.observe(info.path_curvature)
         else:
             kernel, gradients = self._kernel_for(oracle)
             new_state, info = kernel(
@@ -286,12 +292,14 @@ class SGHMC(SubsamplingStep):
         return 0.5 * float(r @ r)
 
     def _kinetic_temperature(self) -> float:
-        """``2 K / d`` over its equilibrium value for a unit Gaussian: the end-of-step
-        momentum variance is ``1 - eps^2/4`` for BAOAB (exact positions, biased momenta), at
-        the step the draw ended with (a refined draw's finer one)."""
+        """``2 K / d`` over its equilibrium value: for BAOAB (exact positions, biased momenta)
+        the end-of-step momentum variance ``1 - eps^2 kappa / 4`` at the step the draw ended
+        with (a refined draw's finer one), ``kappa`` the kept draws' mean path curvature (1 in
+        tuning, or where draws are not refined: :mod:`.kinetic_temperature`); for Eq. 15 its
+        value on a unit Gaussian."""
         if self.integrator == "baoab":
             step = self.step_size if self._run_step is None else self._run_step
-            expected = 1.0 - step**2 / 4.0
+            expected = self.kinetic_expectation.expected(step)
         else:
             expected = eq15_momentum_variance(self.step_size, self.friction)
         return 2.0 * self._kinetic_energy() / self.layer.dim / expected
