@@ -19,6 +19,7 @@ import pytensor.tensor as pt
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.logprob.utils import replace_rvs_by_values
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
+from pytensor.gradient import DisconnectedInputError
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors
@@ -148,11 +149,15 @@ class ModelGraph:
                     "factor over rows; write it as an observed variable instead."
                 )
             prior_terms.append(pt.sum(model.replace_rvs_by_values([pot])[0]))
-        # a zero term, quadratic in every value variable: a prior constant in them (``pm.Flat``
-        # everywhere) has no path to them, and PyTensor's ``grad`` (of the prior, and of its
-        # gradient for the Hessian) refuses such an input
-        prior_terms.extend(0.0 * pt.sum(model.rvs_to_values[rv] ** 2) for rv in model.free_RVs)
-        return pt.sum([pt.sum(t) for t in prior_terms])
+        prior = pt.sum([pt.sum(t) for t in prior_terms])
+        values = [model.rvs_to_values[rv] for rv in model.free_RVs]
+        if _twice_differentiable(prior, values):
+            return prior
+        # a zero term quadratic in every value: a prior constant in one (``pm.Flat``) or
+        # linear in it (``pm.HalfFlat``'s log-Jacobian) gives PyTensor's ``grad`` no path
+        # from it or from its gradient, and ``grad`` refuses such an input (only then: the
+        # term would change the compiled graphs' round-off elsewhere)
+        return prior + pt.sum([0.0 * pt.sum(value**2) for value in values])
 
     def _unravel(self, theta: pt.TensorVariable) -> dict[Variable, pt.TensorVariable]:
         """Map each sampled value variable to its slice of the flat ``theta``, and each held
@@ -322,3 +327,14 @@ def slices(
         out[var] = var.type.filter_variable(piece, allow_convert=True)
         start += size
     return out
+
+
+def _twice_differentiable(graph: pt.TensorVariable, values: list[Variable]) -> bool:
+    """Whether PyTensor's ``grad`` reaches every value from ``graph`` and each value from
+    its own gradient (what the prior's gradient and Hessian graphs need)."""
+    try:
+        for gradient, value in zip(pytensor.grad(graph, values), values, strict=True):
+            pytensor.grad(pt.sum(gradient), value)
+    except DisconnectedInputError:
+        return False
+    return True
