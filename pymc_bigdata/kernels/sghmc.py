@@ -96,6 +96,26 @@ def _noise_scale(thermal_var: float, grad_noise_var: np.ndarray | None) -> tuple
     return np.sqrt(np.maximum(remaining, 0.0)), clipped
 
 
+def _injected(
+    innovations: np.ndarray, thermal_var: float, grad_noise: np.ndarray | None
+) -> tuple[np.ndarray, bool]:
+    """Standard-normal ``innovations`` (rows: steps) scaled to the injected noise, whose
+    covariance is ``thermal_var I`` less the gradient noise's part ``grad_noise`` (None: none;
+    a vector: its diagonal, per coordinate; a matrix: all of it, Sec. 3.3's matrix B-hat),
+    clipped at 0 (for a matrix, its negative eigenvalues), and whether it was clipped. A
+    diagonal matrix gives the vector's noise."""
+    if grad_noise is None or grad_noise.ndim == 1:
+        noise_sd, clipped = _noise_scale(thermal_var, grad_noise)
+        return innovations * noise_sd, clipped
+    remaining = thermal_var * np.eye(len(grad_noise)) - grad_noise
+    try:
+        factor, clipped = np.linalg.cholesky(remaining), False
+    except np.linalg.LinAlgError:  # not positive definite: the gradient noise exceeds it
+        values, vectors = np.linalg.eigh(remaining)
+        factor, clipped = vectors * np.sqrt(np.maximum(values, 0.0)), bool((values < 0).any())
+    return innovations @ factor.T, clipped
+
+
 @lru_cache(maxsize=4096)
 def baoab_noise_weight(step_size: float, friction: float) -> float:
     """Weight ``kappa`` of the gradient-noise variance in BAOAB's B-hat correction.
@@ -174,7 +194,8 @@ def baoab_steps(
     rng
         Source of the injected noise.
     grad_noise_var
-        Diagonal of ``V_hat`` (variance of the gradient estimate), or None for ``B_hat = 0``.
+        Diagonal of ``V_hat`` (variance of the gradient estimate), or all of it (a ``(d, d)``
+        matrix), or None for ``B_hat = 0``.
     last_grad
         The gradient callback for the last step (default ``grad_log_density``): where the
         step method measures its estimator's noise.
@@ -216,15 +237,16 @@ def baoab_noise(
     step, shape ``(n_steps, d)`` (``innovations`` scaled, drawn from ``rng`` if None), and
     whether the B-hat correction was clipped (the arguments are :func:`baoab_steps`'s)."""
     decay = np.exp(-friction * step_size)
-    noise_sd, clipped = _noise_scale(
+    if innovations is None:
+        innovations = rng.standard_normal((n_steps, dim))
+    noise, clipped = _injected(
+        innovations,
         1.0 - decay**2,
         None
         if grad_noise_var is None
         else baoab_noise_weight(step_size, friction) * step_size**2 * grad_noise_var,
     )
-    if innovations is None:
-        innovations = rng.standard_normal((n_steps, dim))
-    return decay, innovations * noise_sd, clipped
+    return decay, noise, clipped
 
 
 def split_innovations(
@@ -279,10 +301,11 @@ def sghmc_steps(
     z, v, g = state
     eta = step_size**2
     alpha = step_size * friction
-    noise_sd, clipped = _noise_scale(
-        2.0 * alpha * eta, None if grad_noise_var is None else eta**2 * grad_noise_var
+    noise, clipped = _injected(
+        rng.standard_normal((n_steps, z.shape[0])),
+        2.0 * alpha * eta,
+        None if grad_noise_var is None else eta**2 * grad_noise_var,
     )
-    noise = rng.standard_normal((n_steps, z.shape[0])) * noise_sd
     path = path_curvature(track_curvature)  # the slot's gradient may be stale here
     for i in range(n_steps):
         z = z + v

@@ -27,10 +27,13 @@ __all__ = ["DrawRecord", "GradientOracle", "MinibatchEstimator", "NoiseSample", 
 
 class NoiseSample(NamedTuple):
     """One measurement of the per-unit gradient noise ``N^2 s^2`` per coordinate (z units) of
-    the first-order estimate and, where available, the second-order one."""
+    the first-order estimate and, where available, the second-order one; and, where the
+    estimator asks for it (``noise_covariance``), the first-order estimate's whole per-unit
+    covariance matrix (its diagonal is ``first``)."""
 
     first: np.ndarray
     second: np.ndarray | None
+    covariance: np.ndarray | None = None
 
 
 class DrawRecord(NamedTuple):
@@ -91,6 +94,9 @@ class MinibatchEstimator:
         ``"split"`` (two half minibatches) or ``"fisher"`` (per-row gradients).
     pool_size
         Rows subsampled (all but the census).
+    noise_covariance
+        Whether a measurement also returns the first-order estimate's covariance matrix
+        (``NoiseSample.covariance``; SGHMC's matrix B-hat).
     """
 
     layer: Any
@@ -106,6 +112,7 @@ class MinibatchEstimator:
     measure_weights: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]
     noise_measurement: str
     pool_size: int
+    noise_covariance: bool = False
 
     def with_census(self, rows: list[np.ndarray]) -> list[np.ndarray]:
         """The census rows in front of a minibatch's rows."""
@@ -137,7 +144,7 @@ class MinibatchEstimator:
             )
             if self.cv_order == 2:  # value from first order; gradient as sampled
                 g = self.gradient(theta, self.with_census(rows), weights)
-            return lp, g, NoiseSample(self._fisher_noise_var(theta, rows), None)
+            return lp, g, self._fisher_noise(theta, rows)
         half = self.measure_size // 2
         halves = [
             self.with_census([r[:half] for r in rows]),
@@ -152,13 +159,17 @@ class MinibatchEstimator:
             (lp_a, first_a, curv_a), (lp_b, first_b, curv_b) = parts
             second_a = self.anchor.second_order(theta, first_a, curv_a)
             second_b = self.anchor.second_order(theta, first_b, curv_b)
-            noise = NoiseSample(self._z_var(first_a - first_b), self._z_var(second_a - second_b))
+            noise = NoiseSample(
+                self._z_var(first_a - first_b),
+                self._z_var(second_a - second_b),
+                self._z_covariance(first_a - first_b),
+            )
             chosen = (second_a, second_b) if self.cv_order == 2 else (first_a, first_b)
         else:
             (lp_a, g_a), (lp_b, g_b) = [
                 self.layer.estimate_logp_grad(theta, h, self.anchor, w) for h, w in pairs
             ]
-            noise = NoiseSample(self._z_var(g_a - g_b), None)
+            noise = NoiseSample(self._z_var(g_a - g_b), None, self._z_covariance(g_a - g_b))
             chosen = (g_a, g_b)
         lp = w_a * lp_a + (1.0 - w_a) * lp_b
         return lp, w_a * chosen[0] + (1.0 - w_a) * chosen[1], noise
@@ -169,15 +180,28 @@ class MinibatchEstimator:
         replacement (``s^2``: the rows' variance, ``N``: the subsampled rows)."""
         return self.precond.grad_z(difference) ** 2 / 4.0 * self.measure_size
 
-    def _fisher_noise_var(self, theta: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
-        """Diagonal of the first-order estimate's per-unit covariance from per-row gradients
-        (z units; the empirical Fisher of Ahn et al. 2012): ``N^2 Cov_i[grad l_i(theta) -
-        grad l_i(theta*)]``; the anchor term drops out without control variates."""
+    def _z_covariance(self, difference: np.ndarray) -> np.ndarray | None:
+        """The per-unit covariance matrix whose diagonal :meth:`_z_var` is (one outer
+        product), where the estimator asks for it."""
+        if not self.noise_covariance:
+            return None
+        dz = self.precond.grad_z(difference)
+        return np.outer(dz, dz) / 4.0 * self.measure_size
+
+    def _fisher_noise(self, theta: np.ndarray, rows: list[np.ndarray]) -> NoiseSample:
+        """The first-order estimate's per-unit noise from per-row gradients (z units; the
+        empirical Fisher of Ahn et al. 2012): ``N^2 Cov_i[grad l_i(theta) -
+        grad l_i(theta*)]``, its diagonal and (where asked for) the whole matrix; the anchor
+        term drops out without control variates."""
         per_row = self.layer.row_gradients(theta, rows)
         if self.anchor is not None:
             per_row = per_row - self.layer.row_gradients(self.anchor.theta, rows)
         per_row_z = self.precond.grad_z_rows(per_row)
-        return per_row_z.var(axis=0, ddof=1) * self.pool_size**2
+        variance = per_row_z.var(axis=0, ddof=1) * self.pool_size**2
+        if not self.noise_covariance:
+            return NoiseSample(variance, None)
+        covariance = np.cov(per_row_z, rowvar=False, ddof=1).reshape(len(variance), -1)
+        return NoiseSample(variance, None, covariance * self.pool_size**2)
 
 
 class RowDraws(Protocol):

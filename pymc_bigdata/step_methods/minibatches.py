@@ -166,9 +166,11 @@ class Minibatches:
         *,
         second_order: bool,
         noise_measurement: str,
+        noise_covariance: bool = False,
     ) -> MinibatchEstimator:
         """Estimates on these minibatches in ``precond``'s coordinates, with control
-        variates of order ``cv_order`` around ``anchor`` (:mod:`.gradient_oracle`)."""
+        variates of order ``cv_order`` around ``anchor`` (:mod:`.gradient_oracle`); a
+        measurement returns the noise's covariance matrix too where ``noise_covariance``."""
         return MinibatchEstimator(
             layer=self.layer,
             precond=precond,
@@ -183,6 +185,7 @@ class Minibatches:
             measure_weights=self.measure_weights,
             noise_measurement=noise_measurement,
             pool_size=self.pool_size,
+            noise_covariance=noise_covariance,
         )
 
     def _set_weights(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -134,3 +135,42 @@ def test_an_unstable_step_is_refined_and_samples_the_posterior(noisy_normal):
     offset = lp_est[measured] - exact  # full-data estimates: exact up to a constant
     assert np.ptp(offset) < 1e-6 * np.abs(exact).max(), np.ptp(offset)
     check_posterior(idata, "mu", np.array(mean), np.array(sd))
+
+
+def _correlated_regression(rows: int = 5_000) -> tuple[pm.Model, np.ndarray, np.ndarray]:
+    """Two coefficients whose posterior has unit sds and correlation 0.9 (covariates drawn
+    with covariance ``Sigma^-1`` and scaled by ``1/sqrt(N)``, noise sd 1): the model, the
+    exact posterior mean and covariance."""
+    rng = np.random.default_rng(2014)
+    sigma = np.array([[1.0, 0.9], [0.9, 1.0]])
+    x = rng.multivariate_normal(np.zeros(2), np.linalg.inv(sigma), size=rows) / np.sqrt(rows)
+    y = x @ np.array([1.0, -0.5]) + rng.standard_normal(rows)
+    cov = np.linalg.inv(x.T @ x + np.eye(2) / 10.0**2)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 10.0, shape=2)
+        pm.Normal("y", pm.Data("x", x) @ beta, 1.0, observed=y)
+    return model, cov @ (x.T @ y), cov
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimate", ["fisher", "running"])
+def test_bhat_subtracts_correlated_noise_as_a_matrix(estimate):
+    """The paper's SGHMC (``PAPER_SETTINGS``: the model's own coordinates, plain gradients of
+    1,000 of 5,000 rows) on a posterior of correlation 0.9, whose gradient noise is as
+    correlated (``V ~ 5 Sigma^-1``, 26 % of the injected noise's variance per coordinate at
+    eps = 0.04, C = 1.5): with B-hat the whole measured matrix every sd is within 4 of its
+    Monte Carlo standard errors of the exact one (measured 1.000 and 0.997 at 2 x 4,000
+    draws). Catches B-hat read as its diagonal: the sds 16 % short (0.84, no alarm)."""
+    model, mean, cov = _correlated_regression()
+    sd = np.sqrt(np.diag(cov))
+    settings = {**pmbd.SGHMC.PAPER_SETTINGS, "noise_estimate": estimate}
+    step = pmbd.SGHMC(
+        model=model, learning_rate=0.04**2, alpha=0.04 * 1.5, inner_steps=20, **settings
+    )
+    assert step.noise_covariance
+    idata = sample_two_chains(model, step, seed=1, draws=2000)
+    draws = idata.posterior["beta"]
+    mcse_sd = az.mcse(idata, var_names=["beta"], method="sd")["beta"].values
+    ratio = draws.std(("chain", "draw")).values / sd
+    assert np.all(np.abs(ratio - 1.0) < 4.0 * mcse_sd / sd), (ratio, mcse_sd / sd)
+    assert not idata.sample_stats["noise_clipped"].values.any()
