@@ -204,12 +204,31 @@ class SGHMC(SubsamplingStep):
     def noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         """BAOAB: ``kappa eps^2 V / (1 - exp(-2 C eps))``; Eq. 15: ``eps V / (2 C)`` (gradient
         noise ``eta^2 V`` per step against the injected ``2 alpha eta``).  With a B-hat
-        correction the subtracted part does not count (only its clipped excess)."""
-        if self.noise_estimate != "zero":
-            return np.zeros_like(noise_var)
+        correction the subtracted part does not count, only its clipped excess (the share
+        beyond 1, where the gradient noise exceeds the noise to inject), taken along the
+        stiffest direction of the noise's matrix where B-hat is the matrix
+        (:meth:`_noise_amplification`)."""
+        if self.noise_estimate == "zero":
+            return self._gradient_noise_share(step_size, noise_var)
+        amplified = noise_var * self._noise_amplification()
+        return np.maximum(self._gradient_noise_share(step_size, amplified) - 1.0, 0.0)
+
+    def _gradient_noise_share(self, step_size: float, noise_var: np.ndarray) -> np.ndarray:
         if self.integrator == "baoab":
             return baoab_noise_share(step_size, self.friction, noise_var)
         return step_size * noise_var / (2.0 * self.friction)
+
+    def _noise_amplification(self) -> float:
+        """How far the noise's largest eigenvalue exceeds its largest variance (1 without a
+        measured matrix): a correlated noise feeds its stiffest direction more than any
+        coordinate, and that direction is where B-hat is clipped first."""
+        covariance = self._noise.covariance() if self.cv_order <= 1 else None
+        if covariance is None or not self.noise_covariance:
+            return 1.0
+        largest_variance = float(np.max(np.diag(covariance)))
+        if not largest_variance > 0.0:
+            return 1.0
+        return max(float(np.linalg.eigvalsh(covariance)[-1]) / largest_variance, 1.0)
 
     def default_inner(self) -> int:
         slowest = math.sqrt(self.precond.curvature_range[0])
