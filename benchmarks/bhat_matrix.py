@@ -37,6 +37,9 @@ from pymc_bigdata.step_methods import sghmc
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT.parent / "tests"))
+
+from correlated_regression import CORRELATION, correlated_regression  # noqa: E402
 from report import git_revision  # noqa: E402
 
 #: (rows, eps, friction C, steps per draw, draws per chain)
@@ -45,22 +48,8 @@ SETTINGS = [
     (5_000, 0.04, 1.5, 20, 4000),
     (20_000, 0.01, 2.0, 50, 1000),
 ]
-CORRELATION = 0.9
 BATCH = 1_000
 SEED = 1
-
-
-def regression(rows: int) -> tuple[pm.Model, np.ndarray, np.ndarray]:
-    """The model, its exact posterior mean and covariance (``N(0, 10^2)`` priors)."""
-    rng = np.random.default_rng(2014)
-    sigma = np.array([[1.0, CORRELATION], [CORRELATION, 1.0]])
-    x = rng.multivariate_normal(np.zeros(2), np.linalg.inv(sigma), size=rows) / np.sqrt(rows)
-    y = x @ np.array([1.0, -0.5]) + rng.standard_normal(rows)
-    cov = np.linalg.inv(x.T @ x + np.eye(2) / 10.0**2)
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 10.0, shape=2)
-        pm.Normal("y", pm.Data("x", x) @ beta, 1.0, observed=y)
-    return model, cov @ (x.T @ y), cov
 
 
 def run(model, mean, cov, estimate: str, matrix: bool, setting: tuple) -> dict:
@@ -133,7 +122,7 @@ def tuned(model, mean, cov, estimate: str, matrix: bool, seed: int) -> dict:
 
 def main_tuned(name: str) -> None:
     """The tuned runs (``--tuned``): both forms of B-hat, the fisher estimate, two seeds."""
-    model, mean, cov = regression(5_000)
+    model, mean, cov = correlated_regression(5_000)
     rows_out = [
         tuned(model, mean, cov, "fisher", matrix, seed)
         for matrix in (False, True)
@@ -171,7 +160,7 @@ def main() -> None:
         return
     rows_out = []
     for setting in SETTINGS:
-        model, mean, cov = regression(setting[0])
+        model, mean, cov = correlated_regression(setting[0])
         for estimate in ("fisher", "running"):
             for matrix in (False, True):
                 if setting[4] > 1000 and not matrix:

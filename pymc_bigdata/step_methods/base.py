@@ -325,9 +325,6 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     #: how the gradient noise is measured, "split" (two half minibatches) or "fisher"
     #: (per-row gradients, the empirical Fisher of Ahn et al. 2012; first order only)
     noise_measurement: str = "split"
-    #: whether a measurement also returns the noise's covariance matrix (SGHMC's matrix
-    #: B-hat, :attr:`~.sghmc.SGHMC.noise_estimate`)
-    noise_covariance: bool = False
     #: after tuning, measure the noise on one transition every this many draws
     measure_every: int = MEASURE_EVERY
     #: a measuring transition reads at least this many rows (whole minibatches; see minibatches)
@@ -341,7 +338,6 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
             self.cv_order,
             second_order=self._second_order_available,
             noise_measurement=self.noise_measurement,
-            noise_covariance=self.noise_covariance,
         )
 
     def _noise_variance(self, order: int) -> np.ndarray:

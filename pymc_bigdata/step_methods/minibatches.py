@@ -166,11 +166,9 @@ class Minibatches:
         *,
         second_order: bool,
         noise_measurement: str,
-        noise_covariance: bool = False,
     ) -> MinibatchEstimator:
         """Estimates on these minibatches in ``precond``'s coordinates, with control
-        variates of order ``cv_order`` around ``anchor`` (:mod:`.gradient_oracle`); a
-        measurement returns the noise's covariance matrix too where ``noise_covariance``."""
+        variates of order ``cv_order`` around ``anchor`` (:mod:`.gradient_oracle`)."""
         return MinibatchEstimator(
             layer=self.layer,
             precond=precond,
@@ -185,7 +183,6 @@ class Minibatches:
             measure_weights=self.measure_weights,
             noise_measurement=noise_measurement,
             pool_size=self.pool_size,
-            noise_covariance=noise_covariance,
         )
 
     def _set_weights(self) -> None:

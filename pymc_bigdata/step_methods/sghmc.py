@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,7 +19,11 @@ from pymc_bigdata.kernels.sghmc import (
 )
 from pymc_bigdata.step_methods.base import SubsamplingStep
 from pymc_bigdata.step_methods.compiled_gradient import CompiledGradient, CompiledOracle
-from pymc_bigdata.step_methods.gradient_oracle import DrawRecord, GradientOracle
+from pymc_bigdata.step_methods.gradient_oracle import (
+    DrawRecord,
+    GradientOracle,
+    MinibatchEstimator,
+)
 from pymc_bigdata.step_methods.kinetic_temperature import BAOABKineticTemperature
 from pymc_bigdata.step_methods.progress import ProgressField
 from pymc_bigdata.step_methods.settings import check_positive
@@ -288,6 +293,12 @@ class SGHMC(SubsamplingStep):
             return covariance * self.minibatches.batch_factor(self.batch_size)
         noise_var = self._noise_variance(self.cv_order)
         return noise_var if noise_var.size else None
+
+    def _estimator(self) -> MinibatchEstimator:
+        """The base's estimates, measuring the noise's whole matrix where B-hat subtracts it
+        (``noise_covariance``)."""
+        estimator = super()._estimator()
+        return replace(estimator, noise_covariance=True) if self.noise_covariance else estimator
 
     def _kernel_for(self, oracle: GradientOracle) -> tuple[Any, Any]:
         """The integrator and what it calls for gradients: the compiled loop with the

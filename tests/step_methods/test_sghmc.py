@@ -10,6 +10,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from conftest import check_posterior, sample_two_chains
+from correlated_regression import correlated_regression
 
 import pymc_bigdata as pmbd
 
@@ -137,21 +138,6 @@ def test_an_unstable_step_is_refined_and_samples_the_posterior(noisy_normal):
     check_posterior(idata, "mu", np.array(mean), np.array(sd))
 
 
-def _correlated_regression(rows: int = 5_000) -> tuple[pm.Model, np.ndarray, np.ndarray]:
-    """Two coefficients whose posterior has unit sds and correlation 0.9 (covariates drawn
-    with covariance ``Sigma^-1`` and scaled by ``1/sqrt(N)``, noise sd 1): the model, the
-    exact posterior mean and covariance."""
-    rng = np.random.default_rng(2014)
-    sigma = np.array([[1.0, 0.9], [0.9, 1.0]])
-    x = rng.multivariate_normal(np.zeros(2), np.linalg.inv(sigma), size=rows) / np.sqrt(rows)
-    y = x @ np.array([1.0, -0.5]) + rng.standard_normal(rows)
-    cov = np.linalg.inv(x.T @ x + np.eye(2) / 10.0**2)
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 10.0, shape=2)
-        pm.Normal("y", pm.Data("x", x) @ beta, 1.0, observed=y)
-    return model, cov @ (x.T @ y), cov
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("estimate", ["fisher", "running"])
 def test_bhat_subtracts_correlated_noise_as_a_matrix(estimate):
@@ -161,7 +147,7 @@ def test_bhat_subtracts_correlated_noise_as_a_matrix(estimate):
     eps = 0.04, C = 1.5): with B-hat the whole measured matrix every sd is within 4 of its
     Monte Carlo standard errors of the exact one (measured 1.000 and 0.997 at 2 x 4,000
     draws). Catches B-hat read as its diagonal: the sds 16 % short (0.84, no alarm)."""
-    model, mean, cov = _correlated_regression()
+    model, mean, cov = correlated_regression()
     sd = np.sqrt(np.diag(cov))
     settings = {**pmbd.SGHMC.PAPER_SETTINGS, "noise_estimate": estimate}
     step = pmbd.SGHMC(
@@ -187,7 +173,7 @@ def test_tuning_keeps_the_noise_within_what_bhat_can_subtract():
     Catches the policy blind to B-hat's excess (the share taken as 0, as before: clipped on
     98 % of the draws, the narrow axis's variance 1.15 times the exact one with the matrix,
     the wide axis's 0.45 with the diagonal)."""
-    model, mean, cov = _correlated_regression()
+    model, mean, cov = correlated_regression()
     step = pmbd.SGHMC(
         model=model,
         noise_estimate="fisher",
@@ -209,7 +195,7 @@ def test_bhat_excess_is_read_along_the_noises_stiffest_direction():
     0.9; at eps = 0.5 (0.95 after scaling) nothing.
 
     Catches the excess read per coordinate only (0 at eps = 1) or not at all."""
-    model, _, _ = _correlated_regression()
+    model, _, _ = correlated_regression()
     step = pmbd.SGHMC(
         model=model,
         noise_estimate="fisher",
