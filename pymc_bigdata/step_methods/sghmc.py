@@ -36,7 +36,7 @@ _INTEGRATORS = {"baoab": baoab_steps, "sghmc": sghmc_steps}
 #: up to this many coordinates a noise estimate (``noise_estimate="running"`` or
 #: ``"fisher"``) subtracts the gradient noise's whole covariance matrix (a ``d x d``
 #: factorisation per draw), beyond it its diagonal. On a Gaussian of correlation 0.9 in the
-#: model's coordinates the diagonal left the sds 22 % short (docs/sghmc.md)
+#: model's coordinates the diagonal left the sds 16 % short (benchmarks/results/bhat_matrix.md)
 B_HAT_MATRIX_MAX_DIM = 100
 
 
@@ -227,8 +227,8 @@ class SGHMC(SubsamplingStep):
         """How far the noise's largest eigenvalue exceeds its largest variance (1 without a
         measured matrix): a correlated noise feeds its stiffest direction more than any
         coordinate, and that direction is where B-hat is clipped first."""
-        covariance = self._noise.covariance() if self.cv_order <= 1 else None
-        if covariance is None or not self.noise_covariance:
+        covariance = self._measured_covariance()
+        if covariance is None:
             return 1.0
         largest_variance = float(np.max(np.diag(covariance)))
         if not largest_variance > 0.0:
@@ -288,11 +288,16 @@ class SGHMC(SubsamplingStep):
         diagonal."""
         if self.noise_estimate == "zero":
             return None
-        covariance = self._noise.covariance() if self.cv_order <= 1 else None
+        covariance = self._measured_covariance()
         if covariance is not None:
             return covariance * self.minibatches.batch_factor(self.batch_size)
         noise_var = self._noise_variance(self.cv_order)
         return noise_var if noise_var.size else None
+
+    def _measured_covariance(self) -> np.ndarray | None:
+        """The per-unit noise matrix measured for B-hat (first-order estimates only), or
+        None."""
+        return self._noise.covariance() if self.noise_covariance and self.cv_order <= 1 else None
 
     def _estimator(self) -> MinibatchEstimator:
         """The base's estimates, measuring the noise's whole matrix where B-hat subtracts it
