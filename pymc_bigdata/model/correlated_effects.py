@@ -95,6 +95,19 @@ class CorrelatedEffect:
         """``J``, the number of groups."""
         return (self.effect_slice.stop - self.effect_slice.start) // self.n_effects
 
+    def factor(self, x: np.ndarray) -> np.ndarray:
+        """``L`` at the raveled ``x``, shape (..., K, K)."""
+        packed = np.array(x[..., self.scale_slice], dtype=np.float64)
+        packed[..., self.log_entries] = np.exp(packed[..., self.log_entries])
+        chol = np.zeros(x.shape[:-1] + (self.n_effects, self.n_effects))
+        chol[..., self.rows, self.cols] = packed
+        return chol
+
+    def loc(self, x: np.ndarray) -> np.ndarray:
+        """``mu`` at the raveled ``x``, shape (..., K)."""
+        mu = self.loc_value if self.loc_slice is None else x[..., self.loc_slice]
+        return np.broadcast_to(mu, x.shape[:-1] + (self.n_effects,))
+
 
 def find_correlated_effects(
     model: pm.Model,

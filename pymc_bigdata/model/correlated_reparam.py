@@ -122,18 +122,11 @@ class CorrelatedReparam:
     # ------------------------------------------------------------------ parts of a vector
     def _factor(self, x: np.ndarray) -> np.ndarray:
         """``L`` at ``x``, shape (..., K, K)."""
-        e = self.effect
-        packed = np.array(x[..., e.scale_slice], dtype=np.float64)
-        packed[..., e.log_entries] = np.exp(packed[..., e.log_entries])
-        chol = np.zeros(x.shape[:-1] + (e.n_effects, e.n_effects))
-        chol[..., e.rows, e.cols] = packed
-        return chol
+        return self.effect.factor(x)
 
     def _loc(self, x: np.ndarray) -> np.ndarray:
         """``mu`` at ``x``, shape (..., K, 1)."""
-        e = self.effect
-        mu = e.loc_value if e.loc_slice is None else x[..., e.loc_slice]
-        return np.broadcast_to(mu, x.shape[:-1] + (e.n_effects,))[..., None]
+        return self.effect.loc(x)[..., None]
 
     def _matrix(self, x: np.ndarray) -> np.ndarray:
         """The effect's slots of ``x`` as ``(..., K, J)``."""

@@ -23,11 +23,8 @@ import warnings
 import numpy as np
 
 from pymc_bigdata.model.correlated_effects import find_correlated_effects
-from pymc_bigdata.model.correlated_reparam import (
-    CorrelatedReparam,
-    choose_correlated_centredness,
-    group_information,
-)
+from pymc_bigdata.model.correlated_fit import correlated_bulk_point, fit_correlated_groups
+from pymc_bigdata.model.correlated_reparam import CorrelatedReparam, choose_correlated_centredness
 from pymc_bigdata.model.group_fit import GroupFit, bulk_point, fit_groups, fit_parent, scale_at
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
 from pymc_bigdata.model.minibatch import MinibatchModel
@@ -194,7 +191,9 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     """:func:`sampling_layer`'s layer for a layer in the model's own coordinates. A
     non-centred correlated effect (:mod:`~pymc_bigdata.model.correlated_effects`) has its
     data-rich groups centred (:func:`~pymc_bigdata.model.correlated_reparam.
-    choose_correlated_centredness`, read at the model's MAP) in either coordinates."""
+    choose_correlated_centredness`, read at the bulk's ``(mu, L)``:
+    :func:`~pymc_bigdata.model.correlated_fit.fit_correlated_groups`) in either
+    coordinates."""
     effects = loc_scale_effects(layer)
     correlated = find_correlated_effects(layer.model, layer.value_vars)
     if not effects and not correlated:
@@ -214,10 +213,15 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     scalar_order = [i for i in identity.parents_first if i < len(effects)]
     with np.errstate(all="ignore"):
         fits = _fit_effects(effects, searched, theta, scalar_order)
-        chosen_correlated = [
-            choose_correlated_centredness(group_information(e, theta, searched.full_loglik_hvp))
+        correlated_fits = [
+            fit_correlated_groups(
+                e, theta, searched.full_loglik_grad, searched.full_loglik_hvp, searched.prior_logp
+            )
             for e in correlated
         ]
+    chosen_correlated = [
+        choose_correlated_centredness(f.information(e)) for e, f in zip(correlated, correlated_fits)
+    ]
     chosen = [
         _snapped(choose_centredness(f.information_below(PARENT_SCALE_SDS if e.children else 0)))
         for e, f in zip(effects, fits)
@@ -230,6 +234,8 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     start = theta
     for i in scalar_order:  # a nested effect's bulk is about its parents' new point
         start = bulk_point(effects[i], start, fits[i])
+    for effect, fit in zip(correlated, correlated_fits):
+        start = correlated_bulk_point(effect, start, fit)
     for reparam, c in zip(identity.reparams, chosen + chosen_correlated):
         reparam.set_centredness(c)
     if whiten:
