@@ -102,6 +102,10 @@ MODELS = {
     # the same data's shape with correlated effects: an LKJ covariance (a matrix scale)
     "correlated_slopes_noncentred": (lambda: cs.correlated_slopes(centred=False), None),
     "correlated_slopes_centred": (lambda: cs.correlated_slopes(centred=True), None),
+    # every group data-poor: 40 groups of 3 to 8 rows (209 rows), the same effects; 50-row
+    # minibatches
+    "correlated_poor_groups_noncentred": (lambda: cs.correlated_poor_groups(centred=False), 50),
+    "correlated_poor_groups_centred": (lambda: cs.correlated_poor_groups(centred=True), 50),
 }
 
 #: models whose reference file is another's (both parameterisations of one posterior)
@@ -124,6 +128,8 @@ REFERENCE_FILE = {
     "varying_slopes_centred": "varying_slopes",
     "correlated_slopes_noncentred": "correlated_slopes",
     "correlated_slopes_centred": "correlated_slopes",
+    "correlated_poor_groups_noncentred": "correlated_poor_groups",
+    "correlated_poor_groups_centred": "correlated_poor_groups",
 }
 
 #: sampler name: factory (keyword arguments as for the class)
