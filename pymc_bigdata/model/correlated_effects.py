@@ -29,12 +29,12 @@ import numpy as np
 import pymc as pm
 from pymc.distributions.transforms import CholeskyCovPacked
 from pytensor.graph.basic import Variable
-from pytensor.scalar import Add
+from pytensor.scalar import Add, Second
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
-from pytensor.tensor.random.basic import NormalRV
+from pytensor.tensor.random.basic import MvNormalRV, NormalRV
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from pymc_bigdata.model.group_index import constant_value as _constant
@@ -84,11 +84,18 @@ class CorrelatedEffect:
     rows: np.ndarray
     cols: np.ndarray
     log_entries: np.ndarray
+    #: whether the model writes it centred, ``ab ~ MvNormal(mu, chol=L)`` of shape ``(J,
+    #: K)`` (its value variable then holds ``ab``, row-major: ``ab[j, k]`` at ``start + j * K
+    #: + k``), rather than non-centred through ``z``
+    centred: bool = False
     #: read by :class:`~pymc_bigdata.model.reparam.LocScaleReparams`' slot checks
     parent = None
     linear_loc = None
-    centred = False
-    model_centredness = 0.0
+
+    @property
+    def model_centredness(self) -> float:
+        """1 where the model writes the effect centred, else 0."""
+        return 1.0 if self.centred else 0.0
 
     @property
     def n_groups(self) -> int:
@@ -102,6 +109,22 @@ class CorrelatedEffect:
         chol = np.zeros(x.shape[:-1] + (self.n_effects, self.n_effects))
         chol[..., self.rows, self.cols] = packed
         return chol
+
+    def matrix(self, x: np.ndarray) -> np.ndarray:
+        """The effect's slots of the raveled ``x`` as ``(..., K, J)`` (column ``j`` is group
+        ``j``'s ``z_j`` or, centred, ``ab_j``)."""
+        values = x[..., self.effect_slice]
+        if self.centred:
+            shaped = values.reshape(x.shape[:-1] + (self.n_groups, self.n_effects))
+            return np.swapaxes(shaped, -1, -2)
+        return values.reshape(x.shape[:-1] + (self.n_effects, self.n_groups))
+
+    def with_matrix(self, x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+        """A copy of ``x`` with the effect's slots set from ``matrix`` (``(..., K, J)``)."""
+        out = np.array(x, dtype=np.float64, copy=True)
+        values = np.swapaxes(matrix, -1, -2) if self.centred else matrix
+        out[..., self.effect_slice] = values.reshape(x.shape[:-1] + (-1,))
+        return out
 
     def loc(self, x: np.ndarray) -> np.ndarray:
         """``mu`` at the raveled ``x``, shape (..., K)."""
@@ -148,6 +171,10 @@ def find_correlated_effects(
             z, effect = record
             if z not in walk(other_uses(model, z), blockers=free | {var}):
                 found[z] = effect
+    for rv in model.free_RVs:
+        effect = _match_centred(rv, model, slices, shapes)
+        if effect is not None and rv in read:
+            found[rv] = effect
     return sorted(found.values(), key=lambda e: e.effect_slice.start)
 
 
@@ -184,6 +211,66 @@ def _match(
         )
         return z, effect
     return None
+
+
+def _match_centred(
+    rv: Variable, model: pm.Model, slices: dict, shapes: dict
+) -> CorrelatedEffect | None:
+    """The effect where ``rv`` is a centred ``ab ~ MvNormal(mu, chol=L)`` of shape ``(J,
+    K)`` (no transform), ``L`` a packed Cholesky factor and ``mu`` as for ``z``'s form."""
+    if rv not in slices or rv.owner is None or not isinstance(rv.owner.op, MvNormalRV):
+        return None
+    shape = shapes[rv]
+    if model.rvs_to_transforms.get(rv) is not None or len(shape) != 2 or min(shape) < 2:
+        return None
+    k = int(shape[1])
+    mu, cov = rv.owner.op.dist_params(rv.owner)
+    chol = _gram_factor(peel(cov, broadcasts=True))
+    packed = _packed_cholesky(chol, k, model, slices) if chol is not None else None
+    loc = _loc(_broadcast_source(mu), k, model, slices) if packed is not None else None
+    if loc is None:
+        return None
+    return CorrelatedEffect(
+        name=rv.name,
+        effect=model.rvs_to_values[rv].name,
+        effect_slice=slices[rv],
+        n_effects=k,
+        loc_slice=loc if isinstance(loc, slice) else None,
+        loc_value=np.zeros(k) if isinstance(loc, slice) else loc,
+        scale_slice=slices[packed[0]],
+        rows=packed[1],
+        cols=packed[2],
+        log_entries=packed[3],
+        centred=True,
+    )
+
+
+def _gram_factor(var: Variable) -> Variable | None:
+    """``L`` where ``var`` is ``L @ L.T`` (how ``pm.MvNormal(..., chol=L)`` builds its
+    covariance)."""
+    node = var.owner
+    if node is None or len(node.inputs) != 2:
+        return None
+    op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
+    if not isinstance(op, Dot):
+        return None
+    left, right = node.inputs
+    transposed = right.owner
+    if transposed is None or not isinstance(transposed.op, DimShuffle):
+        return None
+    if transposed.op.new_order != (1, 0) or transposed.inputs[0] is not left:
+        return None
+    return left
+
+
+def _broadcast_source(var: Variable) -> Variable:
+    """``mu`` where ``var`` broadcasts it (``pm.MvNormal`` writes ``second(cov[:, -1], mu)``
+    and adds a leading axis)."""
+    var = peel(var, broadcasts=True)
+    node = var.owner
+    if node is not None and isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, Second):
+        var = peel(node.inputs[1], broadcasts=True)
+    return var
 
 
 def _add_terms(var: Variable) -> list[Variable] | None:

@@ -93,14 +93,17 @@ def fit_correlated_groups(
     theta = np.asarray(theta, dtype=np.float64)
     chol = effect.factor(theta)
     inv_chol = np.linalg.inv(chol)
-    blocks = group_information(effect, theta, loglik_hvp)  # L' K_j L
-    precision = inv_chol.T @ blocks @ inv_chol
-    k, j = effect.n_effects, effect.n_groups
-    z = theta[effect.effect_slice].reshape(k, j).T  # (J, K)
-    grad_z = np.asarray(loglik_grad(theta)[1])[effect.effect_slice].reshape(k, j).T
-    effects = effect.loc(theta) + z @ chol.T
-    linear = np.einsum("jab,jb->ja", precision, effects) + grad_z @ inv_chol  # + L^-T g_z
-    linear = np.nan_to_num(linear)
+    blocks = group_information(effect, theta, loglik_hvp)  # about z_j, or ab_j if centred
+    own = effect.matrix(theta).T  # (J, K): z_j or ab_j
+    grad_own = effect.matrix(np.asarray(loglik_grad(theta)[1])).T
+    if effect.centred:
+        precision, effects, grad_effects = blocks, own, grad_own
+    else:  # ab_j = mu + L z_j: K_j = L^-T H_j L^-1, d/d ab_j = L^-T d/d z_j
+        precision = inv_chol.T @ blocks @ inv_chol
+        effects = effect.loc(theta) + own @ chol.T
+        grad_effects = grad_own @ inv_chol
+    linear = np.nan_to_num(np.einsum("jab,jb->ja", precision, effects) + grad_effects)
+    prior = _prior_of_loc_and_factor(effect, theta, prior_logp)
     free = [effect.scale_slice] + ([effect.loc_slice] if effect.loc_slice is not None else [])
     index = np.concatenate([np.arange(s.start, s.stop) for s in free])
 
@@ -112,7 +115,7 @@ def fit_correlated_groups(
     def neg_log_posterior(x: np.ndarray) -> float:
         point = moved(x)
         value = marginal_loglik(precision, linear, effect.loc(point), effect.factor(point))
-        value += prior_logp(point)
+        value += prior(point)
         return -value if np.isfinite(value) else np.inf
 
     with np.errstate(all="ignore"):
@@ -126,18 +129,37 @@ def fit_correlated_groups(
     return CorrelatedFit(precision, linear, point)
 
 
+def _prior_of_loc_and_factor(
+    effect: CorrelatedEffect, theta: np.ndarray, prior_logp: Callable[[np.ndarray], float]
+) -> Callable[[np.ndarray], float]:
+    """The log prior of ``mu`` and ``L`` at a point that moves them from ``theta``, up to a
+    constant: the model's prior with ``z`` held. A centred model's ``ab_j = mu + L z_j``
+    move with them, and the ``-J log|L|`` of their density is added back."""
+    if not effect.centred:
+        return prior_logp
+    z = np.linalg.solve(effect.factor(theta), effect.matrix(theta) - effect.loc(theta)[:, None])
+
+    def log_density(point: np.ndarray) -> float:
+        ab = effect.loc(point)[:, None] + effect.factor(point) @ z
+        log_det = np.sum(point[effect.scale_slice][effect.log_entries])
+        return prior_logp(effect.with_matrix(point, ab)) + effect.n_groups * log_det
+
+    return log_density
+
+
 def correlated_bulk_point(
     effect: CorrelatedEffect, theta: np.ndarray, fit: CorrelatedFit
 ) -> np.ndarray:
     """``theta`` moved to the fit's bulk: ``mu`` and ``L`` at the fit's, each ``z_j`` at its
-    conditional mean given them, ``(I + L' K_j L)^-1 L' (eta_j - K_j mu)``."""
+    conditional mean given them, ``(I + L' K_j L)^-1 L' (eta_j - K_j mu)`` (a centred
+    model's ``ab_j = mu + L z_j``)."""
     out = np.array(theta, dtype=np.float64)
     point = fit.point
     chol, loc = effect.factor(point), effect.loc(point)
     residual = fit.linear - np.einsum("jab,b->ja", fit.precision, loc)
     system = np.eye(effect.n_effects) + fit.information(effect)
     z = np.linalg.solve(system, (residual @ chol)[..., None])[..., 0]  # (J, K)
-    out[effect.effect_slice] = z.T.ravel()
+    out = effect.with_matrix(out, loc[:, None] + chol @ z.T if effect.centred else z.T)
     out[effect.scale_slice] = point[effect.scale_slice]
     if effect.loc_slice is not None:
         out[effect.loc_slice] = point[effect.loc_slice]

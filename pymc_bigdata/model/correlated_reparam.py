@@ -53,21 +53,23 @@ def group_information(
     theta: np.ndarray,
     loglik_hvp: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> np.ndarray:
-    """``H_j = -d^2 loglik / dz_j^2``, shape (J, K, K), at ``theta`` (the model's
-    coordinates): ``L' K_j L`` with ``K_j`` group ``j``'s rows' precision about ``ab_j``.
+    """``H_j = -d^2 loglik / dt_j^2``, shape (J, K, K), at ``theta`` (the model's
+    coordinates), ``t_j`` group ``j``'s own variable in the model: ``L' K_j L`` about ``z_j``
+    (non-centred), ``K_j`` about ``ab_j`` (centred), with ``K_j`` group ``j``'s rows'
+    precision about ``ab_j``.
 
-    ``K`` full-data Hessian-vector products, one along each row of ``z``, give the blocks
-    where each row of data reads one group's effects; otherwise each block also sums in the
-    group's coupling to the others (a block row sum of a fuller Hessian), which moves the
-    choice of coordinates, never the target. Non-finite entries count as 0.
+    ``K`` full-data Hessian-vector products, one along each row of ``z`` (column of ``ab``),
+    give the blocks where each row of data reads one group's effects; otherwise each block
+    also sums in the group's coupling to the others (a block row sum of a fuller Hessian),
+    which moves the choice of coordinates, never the target. Non-finite entries count as 0.
     """
     k, j = effect.n_effects, effect.n_groups
-    sl = effect.effect_slice
     columns = []
     for row in range(k):
-        direction = np.zeros_like(theta)
-        direction[sl.start + row * j : sl.start + (row + 1) * j] = 1.0
-        columns.append(-np.asarray(loglik_hvp(theta, direction))[sl].reshape(k, j))
+        unit = np.zeros((k, j))
+        unit[row] = 1.0
+        direction = effect.with_matrix(np.zeros_like(theta), unit)
+        columns.append(effect.matrix(-np.asarray(loglik_hvp(theta, direction))))
     blocks = np.stack(columns, axis=-1).transpose(1, 0, 2)  # [j, k', k]
     return np.nan_to_num(0.5 * (blocks + blocks.transpose(0, 2, 1)))
 
@@ -112,8 +114,8 @@ class CorrelatedReparam:
 
     @property
     def moves_coordinates(self) -> bool:
-        """Whether some group is sampled centred (the model's own are non-centred)."""
-        return bool(np.any(self.centredness != 0.0))
+        """Whether some group is sampled in other coordinates than the model writes it in."""
+        return bool(np.any(self.centredness != self.effect.model_centredness))
 
     def key(self) -> bytes:
         """A key of the current centredness."""
@@ -128,36 +130,40 @@ class CorrelatedReparam:
         """``mu`` at ``x``, shape (..., K, 1)."""
         return self.effect.loc(x)[..., None]
 
-    def _matrix(self, x: np.ndarray) -> np.ndarray:
-        """The effect's slots of ``x`` as ``(..., K, J)``."""
-        e = self.effect
-        return x[..., e.effect_slice].reshape(x.shape[:-1] + (e.n_effects, e.n_groups))
-
-    def _set(self, x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-        out = x.copy()
-        out[..., self.effect.effect_slice] = matrix.reshape(x.shape[:-1] + (-1,))
-        return out
-
     # ------------------------------------------------------------------ the map
     def to_model(self, phi: np.ndarray) -> np.ndarray:
-        """``theta`` at ``phi`` (Eq. 1)."""
+        """``theta`` at ``phi`` (Eq. 1; Eq. 1c for a centred model)."""
         phi = np.asarray(phi, dtype=np.float64)
-        w, c = self._matrix(phi), self.centredness
+        e, c = self.effect, self.centredness
+        w = e.matrix(phi)
+        if e.centred:
+            effects = self._loc(phi) + self._factor(phi) @ w
+            return e.with_matrix(phi, c * w + (1.0 - c) * effects)
         centred = np.linalg.solve(self._factor(phi), w - self._loc(phi))
-        return self._set(phi, c * centred + (1.0 - c) * w)
+        return e.with_matrix(phi, c * centred + (1.0 - c) * w)
 
     def from_model(self, theta: np.ndarray) -> np.ndarray:
-        """``phi`` at ``theta`` (Eq. 2)."""
+        """``phi`` at ``theta`` (Eq. 2; Eq. 2c for a centred model)."""
         theta = np.asarray(theta, dtype=np.float64)
-        z, c = self._matrix(theta), self.centredness
+        e, c = self.effect, self.centredness
+        if e.centred:
+            ab = e.matrix(theta)
+            z = np.linalg.solve(self._factor(theta), ab - self._loc(theta))
+            return e.with_matrix(theta, c * ab + (1.0 - c) * z)
+        z = e.matrix(theta)
         effects = self._loc(theta) + self._factor(theta) @ z
-        return self._set(theta, c * effects + (1.0 - c) * z)
+        return e.with_matrix(theta, c * effects + (1.0 - c) * z)
+
+    def _moved_groups(self) -> float:
+        """``sum_j (m - c_j)``: groups sampled non-centred in a centred model count +1,
+        centred in a non-centred one -1 (Eqs. 3, 3c)."""
+        return float(np.sum(self.effect.model_centredness - self.centredness))
 
     def log_jacobian(self, phi: np.ndarray) -> float | np.ndarray:
         """``log |det dtheta/dphi|`` at ``phi`` (Eq. 3); an array over leading batch axes."""
         phi = np.asarray(phi, dtype=np.float64)
         log_diagonal = phi[..., self.effect.scale_slice][..., self.effect.log_entries]
-        out = -self.centredness.sum() * log_diagonal.sum(axis=-1)
+        out = self._moved_groups() * log_diagonal.sum(axis=-1)
         return float(out) if np.ndim(out) == 0 else out
 
     def pullback(self, phi: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
@@ -167,18 +173,25 @@ class CorrelatedReparam:
         g = np.asarray(grad_theta, dtype=np.float64)
         e, c = self.effect, self.centredness
         chol = self._factor(phi)
-        g_z = self._matrix(g)
-        # v = L^-T (c g_z): the cotangent of L^-1 (w - mu) on the centred groups
-        v = np.linalg.solve(np.swapaxes(chol, -1, -2), c * g_z)
-        out = self._set(g, (1.0 - c) * g_z + v)
+        g_effect = e.matrix(g)
+        if e.centred:  # theta_j = mu + L w_j on the groups with c_j = 0
+            moved = (1.0 - c) * g_effect
+            out = e.with_matrix(g, c * g_effect + np.swapaxes(chol, -1, -2) @ moved)
+            grad_loc = moved.sum(axis=-1)
+            grad_chol = moved @ np.swapaxes(e.matrix(phi), -1, -2)
+        else:  # theta_j = L^-1 (w_j - mu) on the groups with c_j = 1
+            # v = L^-T (c g_z): the cotangent of L^-1 (w - mu) on the centred groups
+            v = np.linalg.solve(np.swapaxes(chol, -1, -2), c * g_effect)
+            out = e.with_matrix(g, (1.0 - c) * g_effect + v)
+            grad_loc = -v.sum(axis=-1)
+            u = np.linalg.solve(chol, e.matrix(phi) - self._loc(phi))
+            grad_chol = -v @ np.swapaxes(c * u, -1, -2)  # d/dL of <c g_z, L^-1 (w - mu)>
         if e.loc_slice is not None:
-            out[..., e.loc_slice] -= v.sum(axis=-1)
-        u = np.linalg.solve(chol, self._matrix(phi) - self._loc(phi))
-        grad_chol = -v @ np.swapaxes(c * u, -1, -2)  # d/dL of <c g_z, L^-1 (w - mu)>
+            out[..., e.loc_slice] += grad_loc
         grad_packed = grad_chol[..., e.rows, e.cols]
         diagonal = chol[..., e.rows, e.cols][..., e.log_entries]
         grad_packed[..., e.log_entries] *= diagonal  # the value is log L_kk there
-        grad_packed[..., e.log_entries] -= c.sum()  # Eq. (3)
+        grad_packed[..., e.log_entries] += self._moved_groups()  # Eq. (3)
         out[..., e.scale_slice] += grad_packed
         return out
 
@@ -197,17 +210,35 @@ class CorrelatedReparam:
         return chol, mu
 
     def symbolic_effect(self, phi: pt.TensorVariable) -> pt.TensorVariable:
-        """The model's ``z`` (shape (K, J)) at the symbolic vector ``phi`` (Eq. 1)."""
-        e, c = self.effect, self.shared_centredness
+        """The model's ``z`` (shape (K, J)), or a centred model's ``ab`` (shape (J, K)), at
+        the symbolic vector ``phi`` (Eqs. 1, 1c)."""
+        e, c = self.effect, self.shared_centredness[None, :]
         chol, mu = self._symbolic_parts(phi)
+        if e.centred:
+            w = phi[e.effect_slice].reshape((e.n_groups, e.n_effects)).T
+            effects = mu[:, None] + _lower_product(chol, w, e.n_effects)
+            return (c * w + (1.0 - c) * effects).T
         w = phi[e.effect_slice].reshape((e.n_effects, e.n_groups))
         centred = _forward_substitution(chol, w - mu[:, None], e.n_effects)
-        return c[None, :] * centred + (1.0 - c[None, :]) * w
+        return c * centred + (1.0 - c) * w
 
     def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:
         """``log |det dtheta/dphi|`` at the symbolic ``phi`` (Eq. 3)."""
         log_diagonal = phi[self.effect.scale_slice][self.effect.log_entries]
-        return -pt.sum(self.shared_centredness) * pt.sum(log_diagonal)
+        moved = pt.sum(self.effect.model_centredness - self.shared_centredness)
+        return moved * pt.sum(log_diagonal)
+
+
+def _lower_product(chol: pt.TensorVariable, rhs: pt.TensorVariable, k: int):
+    """``L rhs`` for a lower-triangular ``K x K`` ``chol``, row by row in elementwise
+    operations (as :func:`_forward_substitution`, for the same reason)."""
+    rows = []
+    for i in range(k):
+        value = chol[i, 0] * rhs[0]
+        for j in range(1, i + 1):
+            value = value + chol[i, j] * rhs[j]
+        rows.append(value)
+    return pt.stack(rows)
 
 
 def _forward_substitution(chol: pt.TensorVariable, rhs: pt.TensorVariable, k: int):

@@ -189,18 +189,17 @@ def sampling_layer(layer: MinibatchModel, coordinates: str | None) -> MinibatchM
 
 def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     """:func:`sampling_layer`'s layer for a layer in the model's own coordinates. A
-    non-centred correlated effect (:mod:`~pymc_bigdata.model.correlated_effects`) has its
-    data-rich groups centred (:func:`~pymc_bigdata.model.correlated_reparam.
-    choose_correlated_centredness`, read at the bulk's ``(mu, L)``:
-    :func:`~pymc_bigdata.model.correlated_fit.fit_correlated_groups`) in either
-    coordinates."""
+    correlated effect (:mod:`~pymc_bigdata.model.correlated_effects`) has its data-rich
+    groups centred and its data-poor ones non-centred, in either coordinates (the rule,
+    :func:`~pymc_bigdata.model.correlated_reparam.choose_correlated_centredness`, read at
+    the bulk's ``(mu, L)``: :func:`~pymc_bigdata.model.correlated_fit.fit_correlated_groups`)."""
     effects = loc_scale_effects(layer)
     correlated = find_correlated_effects(layer.model, layer.value_vars)
     if not effects and not correlated:
         return layer
     identity = LocScaleReparams(
         [LocScaleReparam(e, e.model_centredness) for e in effects]
-        + [CorrelatedReparam(e, 0.0) for e in correlated]
+        + [CorrelatedReparam(e, e.model_centredness) for e in correlated]
     )
     # "centre" moves this layer's shared centredness; "whiten" builds its own layer below
     whiten = coordinates == "whiten" and bool(effects)
@@ -227,7 +226,9 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
         for e, f in zip(effects, fits)
     ]
     moves = [np.max(np.abs(c - e.model_centredness)) for e, c in zip(effects, chosen)]
-    moves += [np.max(c) for c in chosen_correlated]
+    moves += [
+        np.max(np.abs(c - e.model_centredness)) for e, c in zip(correlated, chosen_correlated)
+    ]
     off_bulk = [abs(np.log(scale_at(e, theta) / f.scale)) for e, f in zip(effects, fits)]
     if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk, default=0.0) <= np.log(BULK_SCALE_RATIO):
         return searched

@@ -1,4 +1,4 @@
-"""Reading non-centred correlated group effects from a model's graph
+"""Reading correlated group effects from a model's graph
 (``pymc_bigdata/model/correlated_effects.py``).
 
 What each test proves (and the one-line mutation of the package it was seen to fail on):
@@ -8,7 +8,9 @@ What each test proves (and the one-line mutation of the package it was seen to f
   ``(chol @ z).T`` with no ``mu`` and a factor built by ``pm.expand_packed_triangular``;
 * nothing is reported where the map would be wrong: ``z`` also read elsewhere, ``z`` not
   standard normal, an upper-triangular factor, a factor that is not a packed Cholesky
-  factor, and a centred model.
+  factor, centred or not;
+* a centred ``pm.MvNormal`` of the effects with a packed Cholesky factor is found, with its
+  own layout.
 """
 
 from __future__ import annotations
@@ -45,12 +47,12 @@ def _model(variant: str = "primer") -> pm.Model:
     """Correlated intercepts and slopes, the effects written as ``variant`` says."""
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0, shape=2)
-        chol = _factor(variant)
+        chol = _factor(variant.removeprefix("centred_"))
         z = pm.Normal("z", 0.0, 2.0 if variant == "wide_z" else 1.0, shape=(2, N_GROUPS))
         if variant == "no_mu":
             ab = pm.Deterministic("ab", (chol @ z).T)
             mean = mu[0] + ab[GROUP, 0] + (mu[1] + ab[GROUP, 1]) * X
-        elif variant == "centred":
+        elif variant.startswith("centred"):
             ab = pm.MvNormal("ab", mu, chol=chol, shape=(N_GROUPS, 2))
             mean = ab[GROUP, 0] + ab[GROUP, 1] * X
         else:
@@ -92,9 +94,30 @@ def test_other_spellings_are_found(variant):
         assert effect.loc_slice == slice(0, 2)
 
 
-@pytest.mark.parametrize("variant", ["z_read_twice", "wide_z", "upper", "diagonal", "centred"])
+def test_centred_form_is_found_with_its_slots():
+    """``ab ~ MvNormal(mu, chol=L)`` of shape ``(J, K)``: its own slots, row-major ``(J,
+    K)``, read through :meth:`~CorrelatedEffect.matrix` as ``(K, J)``. Mutation: the scan
+    of ``model.free_RVs`` for it removed (nothing found)."""
+    model = _model("centred")
+    [effect] = find_correlated_effects(model)
+    assert effect.centred and effect.model_centredness == 1.0
+    assert effect.name == "ab" and effect.effect == "ab"
+    start = 5 + 2 * N_GROUPS  # after the unused z of _model
+    assert effect.effect_slice == slice(start, start + 2 * N_GROUPS)
+    assert effect.loc_slice == slice(0, 2) and effect.scale_slice == slice(2, 5)
+    np.testing.assert_array_equal(effect.log_entries, [0, 2])
+    x = np.arange(start + 2 * N_GROUPS, dtype=np.float64)
+    ab = x[effect.effect_slice].reshape(N_GROUPS, 2)
+    np.testing.assert_array_equal(effect.matrix(x), ab.T)
+    expected = np.where(np.arange(x.size) >= start, x, 0.0)
+    np.testing.assert_array_equal(effect.with_matrix(np.zeros_like(x), ab.T), expected)
+
+
+@pytest.mark.parametrize(
+    "variant", ["z_read_twice", "wide_z", "upper", "diagonal", "centred_upper", "centred_diagonal"]
+)
 def test_nothing_is_reported_where_the_map_would_be_wrong(variant):
     """Mutations: the ``other_uses`` check removed (``z_read_twice`` found), ``np.any(sigma
-    != 1.0)`` dropped (``wide_z`` found), ``np.all(rows >= cols)`` dropped (``upper``
-    found)."""
+    != 1.0)`` dropped (``wide_z`` found), ``np.all(rows >= cols)`` dropped (``upper`` and
+    ``centred_upper`` found)."""
     assert find_correlated_effects(_model(variant)) == []

@@ -44,26 +44,39 @@ def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return group, x, 0.5 - 0.3 * x + 0.4 * rng.standard_normal(group.size)
 
 
-def _model() -> pm.Model:
-    """Non-centred correlated intercepts and slopes on the rows of :func:`_data`."""
+def _model(centred: bool = False) -> pm.Model:
+    """Correlated intercepts and slopes on the rows of :func:`_data`, non-centred (``mu +
+    (L @ z).T``) or centred (``pm.MvNormal``)."""
     group, x, y = _data()
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0, shape=2)
         chol, _, _ = pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0))
-        z = pm.Normal("z", 0.0, 1.0, shape=(2, len(SIZES)))
-        ab = pm.Deterministic("ab", mu + pt.dot(chol, z).T)
+        if centred:
+            ab = pm.MvNormal("ab", mu, chol=chol, shape=(len(SIZES), 2))
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=(2, len(SIZES)))
+            ab = pm.Deterministic("ab", mu + pt.dot(chol, z).T)
         pm.Normal("y", ab[group, 0] + ab[group, 1] * x, 1.0, observed=y)
     return model
 
 
-@pytest.fixture(scope="module")
-def layers():
-    model = _model()
+def _layers(centred: bool):
+    model = _model(centred)
     layer = MinibatchModel(model)
     [effect] = find_correlated_effects(model, layer.value_vars)
-    reparam = CorrelatedReparam(effect, 0.0)
+    reparam = CorrelatedReparam(effect, effect.model_centredness)
     maps = LocScaleReparams([reparam])
     return layer, effect, reparam, maps, layer.reparameterised(maps)
+
+
+@pytest.fixture(scope="module")
+def layers():
+    return _layers(centred=False)
+
+
+@pytest.fixture(scope="module")
+def centred_layers():
+    return _layers(centred=True)
 
 
 def _centrednesses(rng) -> list[np.ndarray]:
@@ -80,11 +93,12 @@ def _jacobian(f, x: np.ndarray, step: float = 1e-6) -> np.ndarray:
     return np.stack(cols, axis=-1)
 
 
-def test_map_is_a_bijection_with_its_log_jacobian(layers):
-    """Mutations: ``-self.centredness.sum()`` -> ``self.centredness.sum()`` in
-    ``log_jacobian`` (Eq. 3's sign); ``c * effects`` -> ``c * self._factor(theta) @ z`` in
-    ``from_model`` (no ``mu``: not the inverse)."""
-    layer, effect, reparam, _, _ = layers
+@pytest.mark.parametrize("form", ["layers", "centred_layers"])
+def test_map_is_a_bijection_with_its_log_jacobian(form, request):
+    """Mutations: ``np.sum(m - c)`` -> ``np.sum(c - m)`` in ``_moved_groups`` (Eq. 3's sign;
+    both forms fail); ``c * effects`` -> ``c * self._factor(theta) @ z`` in ``from_model``
+    (no ``mu``: not the inverse); centred: ``(1.0 - c) * z`` -> ``(1.0 - c) * ab``."""
+    layer, effect, reparam, _, _ = request.getfixturevalue(form)
     rng = np.random.default_rng(2)
     for c in _centrednesses(rng):
         reparam.set_centredness(c)
@@ -99,20 +113,24 @@ def test_map_is_a_bijection_with_its_log_jacobian(layers):
         np.testing.assert_allclose(
             reparam.log_jacobian(batch)[2, 1], reparam.log_jacobian(batch[2, 1]), atol=1e-12
         )
-    reparam.set_centredness(0.0)
+    reparam.set_centredness(effect.model_centredness)
 
 
-@pytest.mark.slow  # compiles both layers' logp and gradient: 32 s from a cold cache
-def test_layer_density_in_phi(layers):
+@pytest.mark.slow  # compiles both layers' logp and gradient: 32 s per form from a cold cache
+@pytest.mark.parametrize("form", ["layers", "centred_layers"])
+def test_layer_density_in_phi(form, request):
     """Mutations: ``value - chol[i, j] * rows[j]`` -> ``value + ...`` in
     ``_forward_substitution`` (the layer's graph no longer the numpy map);
-    ``grad_packed[..., e.log_entries] -= c.sum()`` removed from ``pullback``."""
-    layer, _, reparam, maps, moved = layers
+    ``grad_packed[..., e.log_entries] += self._moved_groups()`` removed from ``pullback``
+    (both forms); centred: ``chol[i, 0] * rhs[0]`` -> ``chol[0, i] * rhs[0]`` in
+    ``_lower_product``, ``np.swapaxes(chol, -1, -2) @ moved`` -> ``chol @ moved`` in
+    ``pullback``."""
+    layer, effect, reparam, maps, moved = request.getfixturevalue(form)
     rng = np.random.default_rng(1)
     for c in _centrednesses(rng):
         reparam.set_centredness(c)
         _assert_layer_density(layer, moved, maps, rng)
-    reparam.set_centredness(0.0)
+    reparam.set_centredness(effect.model_centredness)
 
 
 def test_group_information_is_the_rows_precision_through_the_factor(layers):
@@ -127,6 +145,21 @@ def test_group_information_is_the_rows_precision_through_the_factor(layers):
     for j in range(len(SIZES)):
         design = np.column_stack([np.ones(SIZES[j]), x[group == j]])
         expected.append(chol.T @ design.T @ design @ chol)
+    got = group_information(effect, theta, layer.full_loglik_hvp)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-9, atol=1e-12)
+
+
+def test_group_information_of_a_centred_model_is_the_rows_precision(centred_layers):
+    """``-d^2 loglik / d ab_j^2 = X_j' X_j`` for ``y ~ Normal(X_j ab_j, 1)``, read from the
+    ``(J, K)`` layout. Mutation: ``effect.with_matrix`` writing ``matrix`` without its
+    transpose for a centred effect (the directions straddle the groups)."""
+    layer, effect, _, _, _ = centred_layers
+    group, x, _ = _data()
+    theta = 0.3 * np.random.default_rng(3).standard_normal(layer.dim)
+    expected = []
+    for j in range(len(SIZES)):
+        design = np.column_stack([np.ones(SIZES[j]), x[group == j]])
+        expected.append(design.T @ design)
     got = group_information(effect, theta, layer.full_loglik_hvp)
     np.testing.assert_allclose(got, np.array(expected), rtol=1e-9, atol=1e-12)
 
