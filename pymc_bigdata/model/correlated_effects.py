@@ -197,20 +197,35 @@ def _match(
         if loc is None:
             continue
         name = view_name(var, read) or z.name
-        effect = CorrelatedEffect(
-            name=name,
-            effect=model.rvs_to_values[z].name,
-            effect_slice=slices[z],
-            n_effects=k,
-            loc_slice=loc if isinstance(loc, slice) else None,
-            loc_value=np.zeros(k) if isinstance(loc, slice) else loc,
-            scale_slice=slices[packed[0]],
-            rows=packed[1],
-            cols=packed[2],
-            log_entries=packed[3],
-        )
-        return z, effect
+        return z, _effect(name, z, model, slices, k, loc, packed)
     return None
+
+
+def _effect(
+    name: str,
+    var: Variable,
+    model: pm.Model,
+    slices: dict,
+    k: int,
+    loc: slice | np.ndarray,
+    packed: tuple,
+    centred: bool = False,
+) -> CorrelatedEffect:
+    """The record of an effect whose value variable is ``var``'s (``z``, or a centred
+    ``ab``), from :func:`_loc`'s and :func:`_packed_cholesky`'s findings."""
+    return CorrelatedEffect(
+        name=name,
+        effect=model.rvs_to_values[var].name,
+        effect_slice=slices[var],
+        n_effects=k,
+        loc_slice=loc if isinstance(loc, slice) else None,
+        loc_value=np.zeros(k) if isinstance(loc, slice) else loc,
+        scale_slice=slices[packed[0]],
+        rows=packed[1],
+        cols=packed[2],
+        log_entries=packed[3],
+        centred=centred,
+    )
 
 
 def _match_centred(
@@ -230,19 +245,7 @@ def _match_centred(
     loc = _loc(_broadcast_source(mu), k, model, slices) if packed is not None else None
     if loc is None:
         return None
-    return CorrelatedEffect(
-        name=rv.name,
-        effect=model.rvs_to_values[rv].name,
-        effect_slice=slices[rv],
-        n_effects=k,
-        loc_slice=loc if isinstance(loc, slice) else None,
-        loc_value=np.zeros(k) if isinstance(loc, slice) else loc,
-        scale_slice=slices[packed[0]],
-        rows=packed[1],
-        cols=packed[2],
-        log_entries=packed[3],
-        centred=True,
-    )
+    return _effect(rv.name, rv, model, slices, k, loc, packed, centred=True)
 
 
 def _gram_factor(var: Variable) -> Variable | None:

@@ -99,8 +99,8 @@ def _independent_bulk(layer: MinibatchModel, effect) -> tuple[np.ndarray, np.nda
     return precision, best.x[:2], best.x[2:]
 
 
-def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
-    layer, effect, theta = poor
+def _checked_fit(layer: MinibatchModel, effect, theta: np.ndarray):
+    """The fit at ``theta``, checked against :func:`_independent_bulk`; with its ``K_j``."""
     fit = fit_correlated_groups(
         effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
     )
@@ -108,6 +108,12 @@ def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
     np.testing.assert_allclose(fit.precision, precision, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(effect.loc(fit.point), loc, atol=2e-4)
     np.testing.assert_allclose(fit.point[effect.scale_slice], packed, atol=2e-4)
+    return fit, precision
+
+
+def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
+    layer, effect, theta = poor
+    fit, precision = _checked_fit(layer, effect, theta)
     # the MAP's factor is inflated several-fold, so every group looks data-rich there
     map_diagonal = np.diag(effect.factor(theta))
     assert np.all(map_diagonal > 4.0 * np.diag(effect.factor(fit.point)))
@@ -131,13 +137,7 @@ def test_a_centred_model_reads_the_same_bulk(poor_centred):
     read from a MAP where the centred funnel pulls ``L`` down. Mutation: the ``+ J log|L|``
     of ``_prior_of_loc_and_factor`` dropped (the effects' prior counted twice)."""
     layer, effect, theta = poor_centred
-    fit = fit_correlated_groups(
-        effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
-    )
-    precision, loc, packed = _independent_bulk(layer, effect)
-    np.testing.assert_allclose(fit.precision, precision, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(effect.loc(fit.point), loc, atol=2e-4)
-    np.testing.assert_allclose(fit.point[effect.scale_slice], packed, atol=2e-4)
+    _checked_fit(layer, effect, theta)
 
 
 def test_data_poor_groups_of_a_centred_model_are_sampled_non_centred(poor_centred):
