@@ -1,7 +1,7 @@
 """Where the bulk of a correlated group effect's covariance is, and what each group's rows say.
 
-The matrix form of :func:`~pymc_bigdata.model.group_fit.fit_groups`, for a non-centred
-correlated effect ``ab_j = mu + L z_j`` (:mod:`pymc_bigdata.model.correlated_effects`). The
+The matrix form of :func:`~pymc_bigdata.model.group_fit.fit_groups`, for a correlated
+effect ``ab_j = mu + L z_j`` written either way (:mod:`pymc_bigdata.model.correlated_effects`). The
 centring rule (:func:`~pymc_bigdata.model.correlated_reparam.choose_correlated_centredness`)
 reads each group's information ``H_j = L' K_j L`` about ``z_j``; read at the model's MAP it
 sees the MAP's ``L``, which the non-centred prior inflates (on 40 groups of 3 to 8 rows,

@@ -1,4 +1,5 @@
-"""Sampling coordinates for correlated group effects: data-rich groups centred.
+"""Sampling coordinates for correlated group effects: data-rich groups centred, data-poor
+ones non-centred.
 
 For a non-centred correlated effect (:mod:`pymc_bigdata.model.correlated_effects`), group
 ``j``'s effects are ``ab_j = mu + L z_j`` with ``z_j`` (a column of the ``K x J`` matrix
@@ -15,6 +16,16 @@ so ``w_j = ab_j ~ MvNormal(mu, L L')`` for a centred group and ``w_j = z_j`` oth
 ``mu`` and ``L`` are shared coordinates, so the Jacobian is block triangular and (3) is the
 log determinant of its ``z`` block, ``L^-1`` once per centred group. The density of ``phi``
 is ``p(theta(phi)) |det dtheta/dphi|``, which is the model written with ``w``.
+
+A model that writes the effect centred, ``ab ~ MvNormal(mu, chol=L)`` (the effect's
+``centred`` flag), holds ``ab_j`` in those slots instead, and the same ``w_j`` give::
+
+    ab_j = c_j w_j + (1 - c_j) (mu + L w_j)                                     (1c)
+    w_j = c_j ab_j + (1 - c_j) L^-1 (ab_j - mu)                                 (2c)
+    log |det dtheta/dphi| = (sum_j (1 - c_j)) sum_k log L_kk                    (3c)
+
+In both, (3) and (3c) are ``sum_j (m - c_j)`` times ``sum_k log L_kk``, ``m`` the model's
+own centredness (0 or 1).
 
 :class:`CorrelatedReparam` is the map in numpy (draws back to the model's variables) and in
 PyTensor (the layer's graphs in ``phi``), with the same interface as
