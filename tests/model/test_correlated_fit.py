@@ -111,6 +111,7 @@ def _checked_fit(layer: MinibatchModel, effect, theta: np.ndarray):
     return fit, precision
 
 
+@pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
 def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
     layer, effect, theta = poor
     fit, precision = _checked_fit(layer, effect, theta)
@@ -125,6 +126,7 @@ def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
     assert exact.sum() <= 2
 
 
+@pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
 def test_data_poor_correlated_groups_are_sampled_non_centred(poor):
     layer, _, _ = poor
     moved = sampling_layer(layer, "centre")
@@ -132,6 +134,7 @@ def test_data_poor_correlated_groups_are_sampled_non_centred(poor):
     assert centred <= 2
 
 
+@pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
 def test_a_centred_model_reads_the_same_bulk(poor_centred):
     """The centred form (``pm.MvNormal``) of the same posterior: the same ``K_j`` and mode,
     read from a MAP where the centred funnel pulls ``L`` down. Mutation: the ``+ J log|L|``
@@ -140,6 +143,7 @@ def test_a_centred_model_reads_the_same_bulk(poor_centred):
     _checked_fit(layer, effect, theta)
 
 
+@pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
 def test_data_poor_groups_of_a_centred_model_are_sampled_non_centred(poor_centred):
     """Both directions: the centred model's data-poor groups move to non-centred
     coordinates. Mutation: the scan of ``model.free_RVs`` for a centred ``pm.MvNormal``
