@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import minimize
 
+from pymc_bigdata.model.bulk_fit import finite_difference_hessian
 from pymc_bigdata.model.correlated_effects import CorrelatedEffect
 from pymc_bigdata.model.correlated_reparam import group_information
 
@@ -44,6 +45,11 @@ class CorrelatedFit(NamedTuple):
     #: the raveled point with ``mu`` and ``L``'s packed value at the marginal mode (``z``
     #: as read)
     point: np.ndarray
+    #: indices of ``L``'s packed value and a free ``mu`` in :attr:`point`
+    hyper: np.ndarray | None = None
+    #: their marginal posterior's precision at the mode (finite differences; None where it
+    #: is not positive definite or the mode not finite)
+    hyper_precision: np.ndarray | None = None
 
     def information(self, effect: CorrelatedEffect) -> np.ndarray:
         """``H_j = L' K_j L`` at the fit's ``L``, shape (J, K, K)."""
@@ -86,9 +92,9 @@ def fit_correlated_groups(
     L)`` at the mode of their marginal posterior: the groups' :func:`marginal_loglik` plus the
     model's log prior with ``mu`` and ``L``'s packed value moved and ``z`` held (its density
     does not move; transforms' Jacobians included, so the mode is in the value
-    coordinates). Costs two full-data passes per row of ``z`` (:func:`group_information`)
-    and one gradient, and prior evaluations. Where the mode is not finite the point's own
-    ``(mu, L)`` are kept.
+    coordinates), and the marginal posterior's precision there (finite differences). Costs
+    two full-data passes per row of ``z`` (:func:`group_information`) and one gradient, and
+    prior evaluations. Where the mode is not finite the point's own ``(mu, L)`` are kept.
     """
     theta = np.asarray(theta, dtype=np.float64)
     chol = effect.factor(theta)
@@ -125,8 +131,13 @@ def fit_correlated_groups(
             method="Nelder-Mead",
             options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 4000},
         )
-    point = moved(best.x) if np.isfinite(best.fun) else theta.copy()
-    return CorrelatedFit(precision, linear, point)
+    if not np.isfinite(best.fun):
+        return CorrelatedFit(precision, linear, theta.copy())
+    with np.errstate(all="ignore"):
+        hessian = finite_difference_hessian(neg_log_posterior, best.x)
+    if not (np.all(np.isfinite(hessian)) and np.all(np.linalg.eigvalsh(hessian) > 0.0)):
+        hessian = None
+    return CorrelatedFit(precision, linear, moved(best.x), index, hessian)
 
 
 def _prior_of_loc_and_factor(

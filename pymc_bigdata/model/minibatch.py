@@ -22,6 +22,7 @@ import pytensor
 from pytensor.graph.basic import Variable
 
 from pymc_bigdata.model.anchor import Anchor, anchor_at, map_anchor
+from pymc_bigdata.model.bulk_fit import BulkReading
 from pymc_bigdata.model.compiled import CompiledModel
 from pymc_bigdata.model.difference_terms import DifferenceTerms
 from pymc_bigdata.model.graph import ModelGraph
@@ -105,6 +106,9 @@ class MinibatchModel:
         self.to_model, self.from_model = graph.to_model, graph.from_model
         self._map_results: dict[bytes, MapResult] = {}
         self._derived: dict[str, MinibatchModel] = {}
+        #: where the posterior's bulk is, when the group fits read it (None: not read;
+        #: :func:`~pymc_bigdata.step_methods.coordinates.sampling_layer` sets it)
+        self.bulk: BulkReading | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_derived": {}}  # derived layers are not carried along

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from functools import partial
 
 import numpy as np
 
+from pymc_bigdata.model.bulk_fit import bulk_reading
 from pymc_bigdata.model.correlated_effects import find_correlated_effects
 from pymc_bigdata.model.correlated_fit import correlated_bulk_point, fit_correlated_groups
 from pymc_bigdata.model.correlated_reparam import CorrelatedReparam, choose_correlated_centredness
@@ -230,18 +232,25 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
         np.max(np.abs(c - e.model_centredness)) for e, c in zip(correlated, chosen_correlated)
     ]
     off_bulk = [abs(np.log(scale_at(e, theta) / f.scale)) for e, f in zip(effects, fits)]
-    if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk, default=0.0) <= np.log(BULK_SCALE_RATIO):
-        return searched
     start = theta
     for i in scalar_order:  # a nested effect's bulk is about its parents' new point
         start = bulk_point(effects[i], start, fits[i])
     for effect, fit in zip(correlated, correlated_fits):
         start = correlated_bulk_point(effect, start, fit)
+    reading = partial(
+        bulk_reading,
+        scalar=list(zip(effects, fits)),
+        correlated=list(zip(correlated, correlated_fits)),
+    )
+    if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk, default=0.0) <= np.log(BULK_SCALE_RATIO):
+        searched.bulk = reading(identity.from_model(start))
+        return searched
     for reparam, c in zip(identity.reparams, chosen + chosen_correlated):
         reparam.set_centredness(c)
     if whiten:
         return _whitened_layer(layer, effects, identity, start)
     searched.map_estimate(identity.from_model(start))  # cached for the step's start
+    searched.bulk = reading(identity.from_model(start))
     return searched
 
 

@@ -13,6 +13,7 @@ from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
 from pymc_bigdata.model.anchor import Anchor
 from pymc_bigdata.model.laplace import symmetrised
 from pymc_bigdata.model.minibatch import MinibatchModel
+from pymc_bigdata.step_methods.bulk_start import bulk_start
 from pymc_bigdata.step_methods.held import Configuration
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 
@@ -49,12 +50,18 @@ def starting_fit(
     anchor_at_centre: bool = True,
 ) -> Configuration:
     """The Laplace fit at the (cached) MAP from ``start``, the anchor there (None with
-    ``cv_mode="none"``) and the starting control-variate order; where the MAP is no usable
-    mode, a diagonal fit and an anchor at the model's initial point, with a ``ModeWarning``.
+    ``cv_mode="none"``) and the starting control-variate order; where the layer's bulk is
+    read and the MAP is far from it, the Gaussian and the anchor at the bulk instead
+    (:mod:`.bulk_start`); else, where the MAP is no usable mode, a diagonal fit and an anchor
+    at the model's initial point, with a ``ModeWarning``.
     Without ``anchor_at_centre`` the anchor may stay where the MAP search read its sums
     (:func:`anchored_at_centre`; the step's set-up moves it in the census's pass)."""
     fit = layer.map_estimate(start)
-    if fit.problem is None:
+    at_bulk = bulk_start(layer, fit, kind)
+    problem = None if at_bulk is not None else fit.problem
+    if at_bulk is not None:
+        laplace, anchor = at_bulk
+    elif fit.problem is None:
         laplace = Preconditioner.from_precision(fit.theta, fit.hessian, kind)
         anchor = layer.map_anchor()
     else:
@@ -62,7 +69,7 @@ def starting_fit(
         anchor, precision = fallback_anchor(layer, center)
         _warn_no_mode(name, fit.problem)
         laplace = Preconditioner.from_precision(center, precision, "diag")
-    config = Configuration(laplace, anchor if cv_mode != "none" else None, 0, fit.problem)
+    config = Configuration(laplace, anchor if cv_mode != "none" else None, 0, problem)
     if cv_mode == "second" and not config.has_curvature:
         raise ValueError(
             "control_variates='second' needs the dense full-data Hessian, which is not "

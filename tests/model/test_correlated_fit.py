@@ -8,10 +8,13 @@ What each test proves (and the one-line mutation of the package it was seen to f
 * on a Gaussian likelihood with every group data-poor, :func:`fit_correlated_groups` reads
   each group's ``K_j = X_j' X_j`` and puts ``(mu, L)`` at the mode of that density with the
   model's priors, computed here independently from the rows (mutation: ``linear`` without
-  its gradient term); the model's MAP inflates ``L`` there, and the centring rule read at the
-  fit centres none of the groups it would all centre at the MAP;
+  its gradient term), with the marginal's curvature there (mutation: the finite
+  differences' mixed term over ``2 step^2``); the model's MAP inflates ``L`` there, and
+  the centring rule read at the fit centres none of the groups it would all centre at the
+  MAP;
 * by default a step samples those groups non-centred (mutation: ``coordinates.py`` reading
-  the information at the MAP, as before: all 40 groups centred);
+  the information at the MAP, as before: all 40 groups centred), and its layer holds the
+  bulk's reading, from which its MAP is more than 5 marginal sds (mutation: no reading kept);
 * written centred (``pm.MvNormal``), the same posterior gives the same fit, and its
   data-poor groups move to non-centred coordinates.
 """
@@ -80,7 +83,7 @@ def poor_centred():
     return _poor(centred=True)
 
 
-def _independent_bulk(layer: MinibatchModel, effect) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _independent_bulk(layer: MinibatchModel, effect) -> tuple[np.ndarray, ...]:
     """Each group's ``X_j' X_j`` and least-squares estimate from the rows, and the mode of the
     meta-analysis density plus ``mu``'s Normal(0, 2) prior and the packed factor's prior."""
     group, x, y = cs.make_poor_groups_data()
@@ -96,7 +99,18 @@ def _independent_bulk(layer: MinibatchModel, effect) -> tuple[np.ndarray, np.nda
 
     start = np.array([0.5, -0.3, np.log(0.4), -0.18, np.log(0.24)])
     best = minimize(negative, start, method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-10})
-    return precision, best.x[:2], best.x[2:]
+    return precision, best.x[:2], best.x[2:], _hessian_of_gradients(negative, best.x)
+
+
+def _hessian_of_gradients(function, x: np.ndarray, step: float = 1e-4) -> np.ndarray:
+    """Central differences of ``function``'s central-difference gradient, symmetrised."""
+    eye = np.eye(len(x)) * step
+
+    def gradient(at: np.ndarray) -> np.ndarray:
+        return np.array([(function(at + e) - function(at - e)) / (2 * step) for e in eye])
+
+    out = np.array([(gradient(x + e) - gradient(x - e)) / (2 * step) for e in eye])
+    return 0.5 * (out + out.T)
 
 
 def _checked_fit(layer: MinibatchModel, effect, theta: np.ndarray):
@@ -104,10 +118,13 @@ def _checked_fit(layer: MinibatchModel, effect, theta: np.ndarray):
     fit = fit_correlated_groups(
         effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
     )
-    precision, loc, packed = _independent_bulk(layer, effect)
+    precision, loc, packed, curvature = _independent_bulk(layer, effect)
     np.testing.assert_allclose(fit.precision, precision, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(effect.loc(fit.point), loc, atol=2e-4)
     np.testing.assert_allclose(fit.point[effect.scale_slice], packed, atol=2e-4)
+    # the marginal's precision, in the fit's order (L's packed value, then mu)
+    order = np.r_[2:5, 0:2]
+    np.testing.assert_allclose(fit.hyper_precision, curvature[np.ix_(order, order)], rtol=2e-3)
     return fit, precision
 
 
@@ -128,10 +145,19 @@ def test_fit_is_the_empirical_bayes_mode_on_a_gaussian_likelihood(poor):
 
 @pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
 def test_data_poor_correlated_groups_are_sampled_non_centred(poor):
-    layer, _, _ = poor
+    layer, effect, _ = poor
     moved = sampling_layer(layer, "centre")
     centred = 0.0 if moved.reparam is None else moved.reparam.reparams[0].centredness.sum()
     assert centred <= 2
+    # the layer knows where the bulk is, and that its own MAP is far from it
+    _, loc, packed, curvature = _independent_bulk(layer, effect)
+    reading = moved.bulk
+    np.testing.assert_allclose(reading.point[reading.hyper], np.r_[packed, loc], atol=2e-4)
+    sds = np.sqrt(np.diag(np.linalg.inv(curvature)))[np.r_[2:5, 0:2]]
+    map_theta = moved.map_estimate().theta
+    far = np.abs(map_theta[reading.hyper] - reading.point[reading.hyper]) / sds
+    assert reading.distance(map_theta) == pytest.approx(far.max(), rel=1e-2)
+    assert far.max() > 5.0
 
 
 @pytest.mark.slow  # compiles the model's layer and searches its MAP: 20-70 s cold
