@@ -318,6 +318,13 @@ def run_one(
             for w in caught
             if issubclass(w.category, pmbd.BiasWarning)
         ],
+        # each ModeWarning's first sentence (the tuning windows found the starting fit's
+        # centre outside the draws' bulk)
+        "mode_warnings": [
+            str(w.message).split(". ")[0][:200]
+            for w in caught
+            if issubclass(w.category, pmbd.ModeWarning)
+        ],
         # a FullDataWarning (HMC-ECS at m = every row): a notice, not an alarm
         "full_data": any(issubclass(w.category, pmbd.FullDataWarning) for w in caught),
         "crawl_ess": crawl_ess(idata, step.layer),
