@@ -25,16 +25,10 @@ curvature is the profile's, not the marginal's).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import block_diag
-
-if TYPE_CHECKING:
-    from pymc_bigdata.model.correlated_effects import CorrelatedEffect
-    from pymc_bigdata.model.correlated_fit import CorrelatedFit
-    from pymc_bigdata.model.group_fit import GroupFit
-    from pymc_bigdata.model.loc_scale import LocScaleEffect
 
 __all__ = ["BulkReading", "bulk_precision", "bulk_reading", "finite_difference_hessian"]
 
@@ -57,31 +51,20 @@ class BulkReading(NamedTuple):
 
 
 def bulk_reading(
-    point: np.ndarray,
-    scalar: Iterable[tuple[LocScaleEffect, GroupFit]],
-    correlated: Iterable[tuple[CorrelatedEffect, CorrelatedFit]],
+    point: np.ndarray, blocks: Iterable[tuple[np.ndarray, np.ndarray]]
 ) -> BulkReading | None:
-    """The reading at ``point`` (the bulk's point, in the layer's coordinates) from the
-    effects' fits: each loc-scale effect's scale (``1 / sd^2`` of ``log scale``'s marginal
-    posterior, in the scale's value coordinate), each correlated effect's ``L`` and free
-    ``mu`` (their marginal precision). Effects whose fit has no marginal precision are left
-    out; None where none has one."""
-    hyper, blocks = [], []
-    for effect, fit in scalar:
-        if fit.log_scale_sd > 0.0:
-            sd = fit.log_scale_sd * (1.0 if effect.scale_transform == "log" else fit.scale)
-            hyper.append(np.arange(effect.scale_slice.start, effect.scale_slice.stop))
-            blocks.append(np.array([[1.0 / sd**2]]))
-    for _, fit in correlated:
-        if fit.hyper_precision is not None:
-            hyper.append(np.asarray(fit.hyper))
-            blocks.append(fit.hyper_precision)
-    if not hyper:
+    """The reading at ``point`` (the bulk's point, in the layer's coordinates) from each
+    effect's hyperparameters: their indices and their marginal precision (e.g. ``1 / sd^2`` of
+    a scale's ``log scale``; a correlated effect's ``L`` and ``mu``), taken as independent
+    across effects. None without blocks, or where two blocks share an index."""
+    blocks = list(blocks)
+    if not blocks:
         return None
-    index = np.concatenate(hyper)
-    if len(np.unique(index)) != len(index):  # two effects share a hyperparameter
+    index = np.concatenate([np.asarray(hyper, dtype=np.int64) for hyper, _ in blocks])
+    if len(np.unique(index)) != len(index):
         return None
-    return BulkReading(np.asarray(point, dtype=np.float64), index, block_diag(*blocks))
+    precision = block_diag(*[np.atleast_2d(p) for _, p in blocks])
+    return BulkReading(np.asarray(point, dtype=np.float64), index, precision)
 
 
 def bulk_precision(precision: np.ndarray, reading: BulkReading) -> np.ndarray | None:

@@ -106,9 +106,7 @@ class MinibatchModel:
         self.to_model, self.from_model = graph.to_model, graph.from_model
         self._map_results: dict[bytes, MapResult] = {}
         self._derived: dict[str, MinibatchModel] = {}
-        #: where the posterior's bulk is, when the group fits read it (None: not read;
-        #: :func:`~pymc_bigdata.step_methods.coordinates.sampling_layer` sets it)
-        self.bulk: BulkReading | None = None
+        self.bulk: BulkReading | None = None  #: the group fits' bulk (``sampling_layer``'s)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_derived": {}}  # derived layers are not carried along
@@ -415,8 +413,7 @@ class MinibatchModel:
     def check_row_factorisation(
         self, theta: np.ndarray | None = None, gradient_free: bool = False
     ) -> None:
-        """Refuse a likelihood whose per-row terms depend on the other rows in the batch
-        (:meth:`FullDataPasses.check_row_factorisation`)."""
+        """Refuse rows' terms that read other rows (``passes.check_row_factorisation``)."""
         self.passes.check_row_factorisation(theta, gradient_free)
 
     def map_anchor(self) -> Anchor:

@@ -237,11 +237,7 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
         start = bulk_point(effects[i], start, fits[i])
     for effect, fit in zip(correlated, correlated_fits):
         start = correlated_bulk_point(effect, start, fit)
-    reading = partial(
-        bulk_reading,
-        scalar=list(zip(effects, fits)),
-        correlated=list(zip(correlated, correlated_fits)),
-    )
+    reading = partial(bulk_reading, blocks=_hyper_blocks(effects, fits, correlated_fits))
     if max(moves) <= REPARAM_MIN_CHANGE and max(off_bulk, default=0.0) <= np.log(BULK_SCALE_RATIO):
         searched.bulk = reading(identity.from_model(start))
         return searched
@@ -252,6 +248,22 @@ def _moved_layer(layer: MinibatchModel, coordinates: str) -> MinibatchModel:
     searched.map_estimate(identity.from_model(start))  # cached for the step's start
     searched.bulk = reading(identity.from_model(start))
     return searched
+
+
+def _hyper_blocks(
+    effects: list[LocScaleEffect], fits: list[GroupFit], correlated_fits: list
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each fit's hyperparameters and their marginal precision, for
+    :func:`~pymc_bigdata.model.bulk_fit.bulk_reading`: a scale's (``1 / sd^2`` of its
+    ``log scale``, in the scale's value coordinate), a correlated effect's ``L`` and free
+    ``mu``; fits without a marginal precision are left out."""
+    blocks = []
+    for effect, fit in zip(effects, fits):
+        if fit.log_scale_sd > 0.0:
+            sd = fit.log_scale_sd * (1.0 if effect.scale_transform == "log" else fit.scale)
+            blocks.append((np.arange(effect.scale_slice.start, effect.scale_slice.stop), sd**-2))
+    correlated = [f for f in correlated_fits if f.hyper_precision is not None]
+    return blocks + [(f.hyper, f.hyper_precision) for f in correlated]
 
 
 def _whitened_layer(

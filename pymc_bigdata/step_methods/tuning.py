@@ -230,10 +230,26 @@ class WindowAdaptation:
             f"{self.sampler}: the MAP is {distance[worst]:.1f} sds from the tuning "
             f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
             "Laplace fit does not describe this posterior, and tuning re-fits it at the "
-            "draws' mean (or, without a dense Hessian, relies on the draws alone). In "
-            "hierarchical models this is the sign of a parameterisation that does "
-            "not suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, "
-            "or a centred one with data-poor groups; the other one samples better.",
+            "draws' mean (or, without a dense Hessian, relies on the draws alone). "
+            + _mode_advice(self.layer),
             ModeWarning,
             stacklevel=5,
         )
+
+
+def _mode_advice(layer: MinibatchModel) -> str:
+    """What a far MAP means: in a model's own coordinates, a parameterisation that may not
+    suit its groups; in coordinates the step chose per group, a joint mode that a hierarchy
+    puts away from its bulk (the re-fit is the remedy, the result is judged elsewhere)."""
+    if layer.reparam is None:
+        return (
+            "In hierarchical models this is the sign of a parameterisation that does not "
+            "suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, or a "
+            "centred one with data-poor groups; the other one samples better."
+        )
+    return (
+        "The step already samples the group effects in coordinates chosen per group "
+        "(reparameterize='auto'); a hierarchical model's joint MAP can still lie far from "
+        "its bulk (in a scale, or a residual sd the scales trade against), and the re-fit is "
+        "what corrects it. A miss of the result is a BiasWarning's to report."
+    )

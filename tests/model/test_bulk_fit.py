@@ -19,7 +19,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_bigdata.model.bulk_fit import BulkReading, bulk_precision, finite_difference_hessian
+from pymc_bigdata.model.bulk_fit import (
+    BulkReading,
+    bulk_precision,
+    bulk_reading,
+    finite_difference_hessian,
+)
 
 
 def _joint(rng: np.random.Generator, d: int = 6) -> np.ndarray:
@@ -70,3 +75,15 @@ def test_distance_is_in_marginal_sds_of_the_hyperparameters_only():
     reading = BulkReading(np.zeros(3), np.array([0, 2]), hyper_precision)
     theta = np.array([0.9, 50.0, -0.6])  # theta[1] is no hyperparameter
     assert reading.distance(theta) == pytest.approx(0.9 / np.sqrt(1.0 / 3.0))
+
+
+def test_a_reading_joins_the_effects_blocks_and_refuses_a_shared_hyperparameter():
+    """Caught: the blocks' precisions joined in the wrong order (a scalar block after the
+    correlated one's)."""
+    correlated = (np.array([4, 2]), np.array([[2.0, 0.5], [0.5, 1.0]]))
+    reading = bulk_reading(np.arange(6.0), [(np.array([0]), 9.0), correlated])
+    np.testing.assert_array_equal(reading.hyper, [0, 4, 2])
+    expected = np.array([[9.0, 0.0, 0.0], [0.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+    np.testing.assert_array_equal(reading.hyper_precision, expected)
+    assert bulk_reading(np.zeros(6), [(np.array([2]), 1.0), correlated]) is None
+    assert bulk_reading(np.zeros(6), []) is None

@@ -7,6 +7,7 @@ functions compile once.
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import cloudpickle
 import numpy as np
@@ -548,3 +549,17 @@ def test_noise_limited_sampler_must_state_its_noise_model():
             return z0, True, oracle.record()
 
     assert OwnPolicy._make_step_policy is not SubsamplingStep._make_step_policy
+
+
+def test_a_far_map_s_advice_follows_the_coordinates_in_use():
+    """The ``ModeWarning`` of a far MAP advises the other parameterisation only where the
+    step samples in the model's own coordinates; where it chose coordinates per group, that
+    advice does not apply (the windows re-fit; a ``BiasWarning`` judges the result). Caught:
+    one advice for both (the old text, on every correlated run of ``correlated_poor_groups``
+    before the bulk start)."""
+    from pymc_bigdata.step_methods import tuning
+
+    own = tuning._mode_advice(SimpleNamespace(reparam=None))
+    chosen = tuning._mode_advice(SimpleNamespace(reparam=object()))
+    assert "the other one samples better" in own
+    assert "already samples the group effects" in chosen and "other one" not in chosen

@@ -1,12 +1,15 @@
-"""Where a step starts (``pymc_bigdata/step_methods/start.py``): the anchor at the Laplace
-fit's centre and the census stratum, from the set-up's passes."""
+"""Where a step starts (``pymc_bigdata/step_methods/start.py``, ``bulk_start.py``): the
+anchor at the Laplace fit's centre and the census stratum, from the set-up's passes; the
+Gaussian at the bulk where a layer's reading of it is far from its MAP."""
 
 from __future__ import annotations
 
 import numpy as np
 import pymc as pm
+import pytest
 
 import pymc_bigdata as pmbd
+from pymc_bigdata.model.bulk_fit import BulkReading
 from pymc_bigdata.step_methods.start import census_rows, starting_fit
 
 N_ROWS, N_COEFS, CHUNK_ROWS = 20_000, 5, 1_024
@@ -69,3 +72,44 @@ def test_a_fit_outside_the_set_up_is_anchored_at_its_centre():
     np.testing.assert_array_equal(moved.anchor.curvature_point, fit.hessian_point)
     _, loglik_grad = layer.full_loglik_grad(fit.theta)
     np.testing.assert_allclose(moved.anchor.loglik_grad, loglik_grad, rtol=1e-10, atol=1e-8)
+
+
+def _read_bulk_at(layer: pmbd.MinibatchModel, shift_sds: float) -> BulkReading:
+    """A reading whose point moves ``beta[0]`` ``shift_sds`` marginal sds (0.1) from the MAP."""
+    point = layer.map_estimate().theta.copy()
+    point[0] += 0.1 * shift_sds
+    return BulkReading(point, np.array([0]), np.array([[100.0]]))
+
+
+def test_a_map_far_from_the_bulk_starts_from_the_bulk_s_gaussian():
+    """A layer whose reading of the bulk (:class:`BulkReading`, as the hierarchical fits leave
+    it on ``layer.bulk``) is 5 marginal sds from its MAP starts from the Gaussian at the
+    bulk: centred at the reading's point, ``beta[0]``'s marginal sd the reading's 0.1, the
+    rest's conditional precision the full posterior's there, and the anchor there with the
+    full-data Hessian (second order). Caught: ``bulk_start`` ignoring the reading; the
+    anchor left at the MAP; the preconditioner from ``P`` without the reading's
+    marginal."""
+    layer = _layer()
+    layer.bulk = _read_bulk_at(layer, 5.0)
+    point = layer.bulk.point
+    config = starting_fit(layer, None, "dense", "SGHMC", "auto")
+    np.testing.assert_array_equal(config.laplace.center, point)
+    covariance = config.laplace.covariance()
+    assert covariance[0, 0] == pytest.approx(0.01, rel=1e-9)
+    precision = -(layer.full_loglik_hessian(point) + layer.prior_hessian(point))
+    np.testing.assert_allclose(config.laplace.precision[1:, 1:], precision[1:, 1:], rtol=1e-8)
+    np.testing.assert_array_equal(config.anchor.theta, point)
+    np.testing.assert_allclose(config.anchor.loglik_grad, layer.full_loglik_grad(point)[1])
+    np.testing.assert_array_equal(config.anchor.curvature_point, point)
+    np.testing.assert_allclose(config.anchor.loglik_hessian, layer.full_loglik_hessian(point))
+    assert config.has_curvature and config.cv_order == 2 and config.map_problem is None
+
+
+def test_a_map_within_the_bulk_starts_from_its_laplace_fit():
+    """Within ``BULK_START_SDS`` (2 marginal sds here) the MAP's Laplace fit stands, with no
+    pass spent on the bulk. Caught: the comparison reversed."""
+    layer = _layer()
+    fit = layer.map_estimate()
+    layer.bulk = _read_bulk_at(layer, 2.0)
+    config = starting_fit(layer, None, "dense", "SGHMC", "auto")
+    np.testing.assert_array_equal(config.laplace.center, fit.theta)
