@@ -6,8 +6,9 @@ groups was 4.5 and 9 times the bulk's; written centred, scales collapse. The gro
 (:func:`~pymc_bigdata.model.group_fit.fit_groups`,
 :func:`~pymc_bigdata.model.correlated_fit.fit_correlated_groups`) put the hyperparameters
 ``h`` (scales, a correlated effect's ``mu`` and ``L``) at the mode of their marginal
-posterior, with a marginal precision ``S_h`` there, and the other parameters ``r`` (effects,
-coefficients) at their conditional means given them: a :class:`BulkReading`.
+posterior, with a marginal precision ``S_h`` there, and each group's effect at its
+conditional mean given them (the other parameters ``r``, e.g. coefficients, where the fits
+read them): a :class:`BulkReading`.
 
 :func:`bulk_precision` builds the Gaussian whose ``h``-marginal is ``N(h*, S_h^-1)`` and whose
 conditional of ``r`` given ``h`` is the Laplace one at that point (the integrated nested
