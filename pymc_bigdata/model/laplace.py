@@ -14,7 +14,7 @@ import math
 import numpy as np
 from pymc.logprob.utils import ParameterValueError
 
-from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM
+from pymc_bigdata.limits import DENSE_HESSIAN_MAX_DIM, PRIOR_DIAGONAL_MAX_DIM
 from pymc_bigdata.model.map_result import (
     MAP_DECREMENT_TOLERANCE,
     MIN_RELATIVE_CURVATURE,
@@ -175,7 +175,9 @@ def _mode_result(
         precision = posterior_precision(loglik_hess, compiled.prior_hessian(theta))
         decrement, min_curv = dense_diagnostics(precision, grad_lp)
     else:
-        prior_diag = np.diag(compiled.prior_hessian(theta)) if dim <= 20_000 else 0.0
+        prior_diag = (
+            np.diag(compiled.prior_hessian(theta)) if dim <= PRIOR_DIAGONAL_MAX_DIM else 0.0
+        )
         precision = -(passes.full_loglik_hessian_diagonal(theta) + prior_diag)
         decrement, min_curv = diagonal_diagnostics(precision, grad_lp)
     return MapResult(

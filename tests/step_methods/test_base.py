@@ -563,3 +563,32 @@ def test_a_far_map_s_advice_follows_the_coordinates_in_use():
     chosen = tuning._mode_advice(SimpleNamespace(reparam=object()))
     assert "the other one samples better" in own
     assert "already samples the group effects" in chosen and "other one" not in chosen
+
+
+def test_a_fit_read_at_the_bulk_is_refitted_without_a_mode_warning(small_logistic, monkeypatch):
+    """Where the step started from the Gaussian at the bulk's reading (its centre the
+    reading's point), a window far from it is re-fitted at the draws as after a MAP's fit,
+    but without the ``ModeWarning`` that a MAP lies far from the draws: the reading is an
+    approximation of the bulk, not a MAP. Caught: the warning raised for any fit."""
+    from pymc_bigdata.adaptation import RunningMoments
+    from pymc_bigdata.model.bulk_fit import BulkReading
+    from pymc_bigdata.step_methods.tuning import Geometry
+    from pymc_bigdata.step_methods.windows import MODE_OUTSIDE_BULK_SD
+
+    step = _step(pmbd.SGLD, small_logistic)
+    reading = BulkReading(step.laplace.center.copy(), np.array([0]), np.array([[1.0]]))
+    monkeypatch.setattr(step.layer, "bulk", reading)
+    rng = np.random.default_rng(1)
+    sd = np.sqrt(np.diag(step.laplace.covariance()))
+    moments = RunningMoments(step.layer.dim, dense=step.precond.kind == "dense")
+    for _ in range(200):
+        noise = rng.standard_normal(step.layer.dim)
+        moments.add(step.laplace.center + sd * (2 * MODE_OUTSIDE_BULK_SD + noise))
+    windows = step._adaptation.windows
+    windows._moments, windows._virials = moments, [1.0] * 200
+    geometry = Geometry(step.laplace, step.precond, step.anchor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.ModeWarning)
+        outcome = windows.end_window(geometry, None, step.step_size * step.inner_steps)
+    assert outcome is not None and outcome.refit
+    np.testing.assert_allclose(outcome.geometry.laplace.center, moments.mean)

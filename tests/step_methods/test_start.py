@@ -4,12 +4,17 @@ Gaussian at the bulk where a layer's reading of it is far from its MAP."""
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
 
 import pymc_bigdata as pmbd
 from pymc_bigdata.model.bulk_fit import BulkReading
+from pymc_bigdata.step_methods import bulk_start as bulk_start_module
+from pymc_bigdata.step_methods.bulk_start import diagonal_bulk_precision
 from pymc_bigdata.step_methods.start import census_rows, starting_fit
 
 N_ROWS, N_COEFS, CHUNK_ROWS = 20_000, 5, 1_024
@@ -113,3 +118,62 @@ def test_a_map_within_the_bulk_starts_from_its_laplace_fit():
     layer.bulk = _read_bulk_at(layer, 2.0)
     config = starting_fit(layer, None, "dense", "SGHMC", "auto")
     np.testing.assert_array_equal(config.laplace.center, fit.theta)
+
+
+def _without_a_mode(layer: pmbd.MinibatchModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layer's MAP search reports no usable mode (a curvature that is not negative
+    definite), as a centred crossed model's does, at the same point."""
+    fit = layer.map_estimate()
+    failed = dataclasses.replace(fit, min_curvature=-1.0)
+    assert failed.problem is not None
+    monkeypatch.setattr(layer, "map_estimate", lambda start=None: failed)
+
+
+def test_beyond_the_dense_hessian_a_failed_map_search_starts_from_a_diagonal_bulk(monkeypatch):
+    """Beyond ``DENSE_HESSIAN_MAX_DIM`` (lowered here to 2) a layer whose MAP search found no
+    usable mode starts from the diagonal Gaussian at its reading, not from the model's
+    initial point: centred at the reading's point, ``beta[0]``'s sd the reading's marginal
+    0.1, every other coordinate's precision minus the log density's curvature there (the
+    Hessian diagonal's estimate within 5 %), a first-order anchor there, and no
+    ``ModeWarning``. Caught: the large-d branch returning None (the fallback's start at the
+    initial point, with its warning); the hyperparameters' precision left at the profile's
+    curvature."""
+    layer = _layer()
+    layer.bulk = _read_bulk_at(layer, 5.0)
+    point = layer.bulk.point
+    _without_a_mode(layer, monkeypatch)
+    monkeypatch.setattr(bulk_start_module, "DENSE_HESSIAN_MAX_DIM", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pmbd.ModeWarning)
+        config = starting_fit(layer, None, "diag", "SGHMC", "auto")
+    np.testing.assert_array_equal(config.laplace.center, point)
+    assert config.laplace.laplace_sd()[0] == pytest.approx(0.1, rel=1e-9)
+    curvature = -np.diag(layer.full_loglik_hessian(point) + layer.prior_hessian(point))
+    np.testing.assert_allclose(config.laplace.precision[1:], curvature[1:], rtol=0.05)
+    np.testing.assert_array_equal(config.anchor.theta, point)
+    np.testing.assert_allclose(config.anchor.loglik_grad, layer.full_loglik_grad(point)[1])
+    assert config.map_problem is None and config.cv_order == 1
+
+
+def test_beyond_the_dense_hessian_a_usable_map_stands(monkeypatch):
+    """Beyond ``DENSE_HESSIAN_MAX_DIM`` a usable MAP stands even 5 marginal sds from the
+    reading: there the reading is not compared with it (a centred model's reading is taken
+    where its scales collapse). Caught: the diagonal branch taken on distance alone."""
+    layer = _layer()
+    fit = layer.map_estimate()
+    layer.bulk = _read_bulk_at(layer, 5.0)
+    monkeypatch.setattr(bulk_start_module, "DENSE_HESSIAN_MAX_DIM", 2)
+    config = starting_fit(layer, None, "diag", "SGHMC", "auto")
+    np.testing.assert_array_equal(config.laplace.center, fit.theta)
+
+
+def test_the_diagonal_bulk_precision_reads_the_hyperparameters_marginal_variances():
+    """Along the hyperparameters the diagonal precision is ``1 / var`` of their marginal
+    (correlated ones: the inverse's diagonal, not ``S_h``'s own diagonal); elsewhere minus
+    the curvature; None where an entry is not positive. Caught: ``S_h``'s diagonal used."""
+    hyper_precision = np.array([[4.0, 1.5], [1.5, 2.0]])
+    reading = BulkReading(np.zeros(4), np.array([1, 3]), hyper_precision)
+    precision = diagonal_bulk_precision(np.array([-3.0, 7.0, -5.0, 9.0]), -1.0, reading)
+    variance = np.diag(np.linalg.inv(hyper_precision))
+    np.testing.assert_allclose(precision, [4.0, 1 / variance[0], 6.0, 1 / variance[1]])
+    assert diagonal_bulk_precision(np.array([-3.0, 0.0, 1.5, 0.0]), -1.0, reading) is None
