@@ -84,6 +84,9 @@ MODELS = {
     # 40,000 ratings, 2,000 raters x 2,000 items, 20 each (d = 4,004)
     "crossed_ratings_noncentred": (lambda: hm.crossed_ratings(centred=False), None),
     "crossed_ratings_centred": (lambda: hm.crossed_ratings(centred=True), None),
+    # the same design with binary ratings and a covariate (d = 4,004)
+    "crossed_logistic_noncentred": (lambda: hm.crossed_logistic(centred=False), None),
+    "crossed_logistic_centred": (lambda: hm.crossed_logistic(centred=True), None),
     # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
     "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
     "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
@@ -116,6 +119,8 @@ REFERENCE_FILE = {
     "hier_poisson_centred": "hier_poisson",
     "crossed_ratings_noncentred": "crossed_ratings",
     "crossed_ratings_centred": "crossed_ratings",
+    "crossed_logistic_noncentred": "crossed_logistic",
+    "crossed_logistic_centred": "crossed_logistic",
     "two_level_logistic_noncentred": "two_level_logistic",
     "two_level_logistic_centred": "two_level_logistic",
     "sparse_regions_noncentred": "sparse_regions",
@@ -233,7 +238,9 @@ def run_one(
         # are in memory; pmbd.Data(..., gather=...) is the user's way to ask for it)
         kwargs["layer"] = pmbd.MinibatchModel(model)
         kwargs["layer"].rows.gather = gather
-    step = SAMPLERS[sampler](model=model, **kwargs)
+    with warnings.catch_warnings(record=True) as setup_caught:
+        warnings.simplefilter("always")
+        step = SAMPLERS[sampler](model=model, **kwargs)
     setup = time.perf_counter() - start
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -323,6 +330,12 @@ def run_one(
         "mode_warnings": [
             str(w.message).split(". ")[0][:200]
             for w in caught
+            if issubclass(w.category, pmbd.ModeWarning)
+        ],
+        # ... and those of the set-up (the MAP search found no usable mode)
+        "setup_mode_warnings": [
+            str(w.message).split(". ")[0][:200]
+            for w in setup_caught
             if issubclass(w.category, pmbd.ModeWarning)
         ],
         # a FullDataWarning (HMC-ECS at m = every row): a notice, not an alarm

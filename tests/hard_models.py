@@ -504,6 +504,56 @@ def crossed_ratings(centred: bool, seed: int = 9) -> pm.Model:
     return crossed_ratings_model(rater, item, y, centred=centred)
 
 
+def make_crossed_logistic_data(
+    n_raters: int = 2000, n_items: int = 2000, per_rater: int = 20, seed: int = 11
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The crossed design of ``make_crossed_ratings_data`` with binary ratings: a
+    standard-normal covariate ``x`` per rating and
+    ``logit P(y = 1) = -0.5 + 0.7 x + 0.5 zr[rater] + 0.8 zi[item]`` with standard-normal
+    ``zr``, ``zi``.
+
+    Returns
+    -------
+    rater, item : ndarray of int, shape (n_rows,)
+    x : ndarray, shape (n_rows,)
+    y : ndarray of int, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    n_rows = n_raters * per_rater
+    rater = np.repeat(np.arange(n_raters), per_rater)
+    item = rng.permutation(np.resize(np.arange(n_items), n_rows))
+    x = rng.standard_normal(n_rows)
+    effects_r = 0.5 * rng.standard_normal(n_raters)
+    effects_i = 0.8 * rng.standard_normal(n_items)
+    eta = -0.5 + 0.7 * x + effects_r[rater] + effects_i[item]
+    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+    return rater, item, x, y
+
+
+def crossed_logistic(centred: bool, seed: int = 11) -> pm.Model:
+    """``y ~ Bernoulli(logit_p = mu + beta x + r[rater] + i[item])``, the rater and item
+    effects as in ``crossed_ratings_model`` (``s_r, s_i ~ HalfNormal(1)``; ``mu ~ Normal(0,
+    5)``, ``beta ~ Normal(0, 2)``). d = 4,004; each group's 20 binary ratings say little
+    (``h_j`` about 1 and 2.6 at the true scales), so the centred form's joint density has no
+    mode (its scales collapse) and the per-group coordinates, partly centred, have none
+    either."""
+    rater, item, x, y = make_crossed_logistic_data(seed=seed)
+    n_raters, n_items = int(rater.max()) + 1, int(item.max()) + 1
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        beta = pm.Normal("beta", 0.0, 2.0)
+        s_r = pm.HalfNormal("s_r", 1.0)
+        s_i = pm.HalfNormal("s_i", 1.0)
+        if centred:
+            r = pm.Normal("r", 0.0, s_r, shape=n_raters)
+            i = pm.Normal("i", 0.0, s_i, shape=n_items)
+        else:
+            r = s_r * pm.Normal("zr", 0.0, 1.0, shape=n_raters)
+            i = s_i * pm.Normal("zi", 0.0, 1.0, shape=n_items)
+        pm.Bernoulli("y", logit_p=mu + beta * x + r[rater] + i[item], observed=y)
+    return model
+
+
 # ---------------------------------------------------------------------------------------------
 # d4. a group-level predictor: the groups' loc a regression on a covariate of each group
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from hard_models import (  # noqa: E402
     REFERENCE_DIR,
     make_big_hier_logistic_data,
+    make_crossed_logistic_data,
     make_crossed_ratings_data,
     make_group_logistic_data,
     make_hier_poisson_data,
@@ -104,6 +105,22 @@ def crossed_ratings() -> tuple[pm.Model, dict[str, str]]:
     return model, names | {"r": "r", "z_r": "zr", "i": "i", "z_i": "zi"}
 
 
+def crossed_logistic() -> tuple[pm.Model, dict[str, str]]:
+    """``crossed_logistic``; ``h = 0.2 * 20 s^2`` (20 binary ratings, ``p (1 - p) ~ 0.2``,
+    s_r ~ 0.5, s_i ~ 0.8)."""
+    rater, item, x, y = make_crossed_logistic_data()
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        beta = pm.Normal("beta", 0.0, 2.0)
+        s_r = pm.HalfNormal("s_r", 1.0)
+        s_i = pm.HalfNormal("s_i", 1.0)
+        r = partially_centred("r", 0.0, s_r, np.full(rater.max() + 1, 4 * 0.25))
+        i = partially_centred("i", 0.0, s_i, np.full(item.max() + 1, 4 * 0.64))
+        pm.Bernoulli("y", logit_p=mu + beta * x + r[rater] + i[item], observed=y)
+    names = {"mu": "mu", "beta": "beta", "s_r": "s_r", "s_i": "s_i"}
+    return model, names | {"r": "r", "z_r": "zr", "i": "i", "z_i": "zi"}
+
+
 def two_level_logistic() -> tuple[pm.Model, dict[str, str]]:
     """``two_level_logistic``; groups ``h_j = 0.05 n_j`` (``p (1 - p) ~ 0.2``,
     ``tau_a^2 ~ 0.25``); regions ``h_r = 0.49 sum_j 1 / (0.25 + 1 / (0.2 n_j))`` over the
@@ -162,6 +179,7 @@ MODELS = {
     "big_hier_logistic": (big_hier_logistic, 108),
     "hier_poisson": (hier_poisson, 109),
     "crossed_ratings": (crossed_ratings, 110),
+    "crossed_logistic": (crossed_logistic, 114),
     "two_level_logistic": (two_level_logistic, 111),
     "sparse_regions": (sparse_regions, 112),
     "group_logistic": (group_logistic, 113),
