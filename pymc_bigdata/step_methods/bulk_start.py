@@ -15,7 +15,7 @@ Beyond the dense Hessian (d > ``DENSE_HESSIAN_MAX_DIM``, e.g. crossed effects of
 groups) the Gaussian is diagonal (:func:`diagonal_bulk_precision`), and it is used only where
 the MAP search found no usable mode, in place of the fallback at the model's initial point:
 where a MAP is found there, the reading cannot be compared with it (a centred model's reading
-is taken at its own MAP, where the scales collapse, and was 50 marginal sds off on the
+is taken at its own MAP, where the scales collapse, and was 54 marginal sds off on the
 crossed ratings).
 """
 
@@ -44,9 +44,8 @@ def bulk_start(
     layer: MinibatchModel, fit: MapResult, kind: str
 ) -> tuple[Preconditioner, Anchor] | None:
     """The fit and the anchor at the bulk (the module docstring), or None where the layer
-    has no reading, its MAP is a usable mode within ``BULK_START_SDS`` of the bulk, the
-    dense Hessian is not computed (d > ``DENSE_HESSIAN_MAX_DIM``), or the Gaussian cannot be
-    built there."""
+    has no reading, its MAP is a usable mode within ``BULK_START_SDS`` of the bulk (beyond
+    ``DENSE_HESSIAN_MAX_DIM``: any usable mode), or the Gaussian cannot be built there."""
     reading = layer.bulk
     if reading is None:
         return None
