@@ -451,6 +451,17 @@ def sparse_regions(centred: bool, seed: int = 12) -> pm.Model:
 # d3. crossed random effects: thousands of raters x thousands of items, 20 ratings each
 
 
+def _crossed_design(
+    n_raters: int, n_items: int, per_rater: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each rater's ``per_rater`` rows, and the items in a random order, each rated as often
+    (``n_raters * per_rater / n_items`` times): the rater and item index of every row."""
+    n_rows = n_raters * per_rater
+    rater = np.repeat(np.arange(n_raters), per_rater)
+    item = rng.permutation(np.resize(np.arange(n_items), n_rows))
+    return rater, item
+
+
 def make_crossed_ratings_data(
     n_raters: int = 2000, n_items: int = 2000, per_rater: int = 20, seed: int = 9
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -464,9 +475,8 @@ def make_crossed_ratings_data(
     y : ndarray, shape (n_rows,)
     """
     rng = np.random.default_rng(seed)
-    n_rows = n_raters * per_rater
-    rater = np.repeat(np.arange(n_raters), per_rater)
-    item = rng.permutation(np.resize(np.arange(n_items), n_rows))
+    rater, item = _crossed_design(n_raters, n_items, per_rater, rng)
+    n_rows = len(rater)
     effects_r = 0.5 * rng.standard_normal(n_raters)
     effects_i = 0.8 * rng.standard_normal(n_items)
     y = 3.0 + effects_r[rater] + effects_i[item] + rng.standard_normal(n_rows)
@@ -519,14 +529,12 @@ def make_crossed_logistic_data(
     y : ndarray of int, shape (n_rows,)
     """
     rng = np.random.default_rng(seed)
-    n_rows = n_raters * per_rater
-    rater = np.repeat(np.arange(n_raters), per_rater)
-    item = rng.permutation(np.resize(np.arange(n_items), n_rows))
-    x = rng.standard_normal(n_rows)
+    rater, item = _crossed_design(n_raters, n_items, per_rater, rng)
+    x = rng.standard_normal(len(rater))
     effects_r = 0.5 * rng.standard_normal(n_raters)
     effects_i = 0.8 * rng.standard_normal(n_items)
     eta = -0.5 + 0.7 * x + effects_r[rater] + effects_i[item]
-    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+    y = (rng.random(len(rater)) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
     return rater, item, x, y
 
 
