@@ -7,10 +7,11 @@ Laplace fit and the anchor to use from now on, and what the step must start afre
 changes no other object; the step applies the outcome.
 
 * A trusted Laplace fit whose centre lies outside the draws' bulk is re-fitted at their mean
-  (a ``ModeWarning`` once): the full-data curvature there, floored by the draws' own
-  precision (:func:`~.windows.bulk_precision`), and the anchor moved there; the step starts
-  its noise measurements, stability watch and step size afresh (``refit``). Where that is
-  not possible (no dense Hessian, a degenerate window) the fit stops being trusted.
+  (a ``ModeWarning`` once, where it is a MAP's fit in the model's own coordinates): the
+  full-data curvature there, floored by the draws' own precision
+  (:func:`~.windows.bulk_precision`), and the anchor moved there; the step starts its noise
+  measurements, stability watch and step size afresh (``refit``). Where that is not
+  possible (no dense Hessian, a degenerate window) the fit stops being trusted.
 * Otherwise the preconditioner is re-estimated from the window
   (:func:`~.windows.window_covariance`) and the anchor moves to the window's mean when it is
   far from it (``recentred``).
@@ -159,7 +160,7 @@ class WindowAdaptation:
         first_window, lost_trust = not self._window_seen, False
         self._window_seen = True
         if self.trust_laplace and mode_outside_bulk(moments, geometry.laplace):
-            if not self._warned_mode and not _read_at_bulk(self.layer, geometry.laplace):
+            if not self._warned_mode and _a_map_in_own_coordinates(self.layer, geometry.laplace):
                 self._warned_mode = True
                 self._warn_mode_outside_bulk(moments, geometry.laplace)
             if not window_settled(virials):
@@ -230,36 +231,29 @@ class WindowAdaptation:
             f"{self.sampler}: the MAP is {distance[worst]:.1f} sds from the tuning "
             f"draws' mean in {self.layer.coordinate_label(worst)} (unconstrained): the "
             "Laplace fit does not describe this posterior, and tuning re-fits it at the "
-            "draws' mean (or, without a dense Hessian, relies on the draws alone). "
-            + _mode_advice(self.layer),
+            "draws' mean (or, without a dense Hessian, relies on the draws alone). In "
+            "hierarchical models this is the sign of a parameterisation that does not suit "
+            "the data: a non-centred one (a = mu + tau * z) with data-rich groups, or a "
+            "centred one with data-poor groups; the other one samples better.",
             ModeWarning,
             stacklevel=5,
         )
 
 
-def _read_at_bulk(layer: MinibatchModel, laplace: Preconditioner) -> bool:
-    """Whether the fit is the Gaussian at the bulk's reading
-    (:mod:`~pymc_bigdata.step_methods.bulk_start`), not a MAP's Laplace fit. Its centre is
-    an approximation of the bulk by construction (on a crossed logistic model 5 to 6 marginal
-    sds off in a coefficient or a scale, where the fits' Gaussian reading of each group's
-    binary rows is a Laplace approximation): the windows re-fit it as any other, without a
-    ``ModeWarning``, which would say that a MAP lies far from the draws."""
-    return layer.bulk is not None and np.array_equal(laplace.center, layer.bulk.point)
+def _a_map_in_own_coordinates(layer: MinibatchModel, laplace: Preconditioner) -> bool:
+    """Whether a fit far from the draws is worth a ``ModeWarning``: a MAP's Laplace fit in
+    the model's own coordinates, where it is the sign of a parameterisation that does not
+    suit the groups (and the user can change it).
 
-
-def _mode_advice(layer: MinibatchModel) -> str:
-    """What a far MAP means: in a model's own coordinates, a parameterisation that may not
-    suit its groups; in coordinates the step chose per group, a joint mode that a hierarchy
-    puts away from its bulk (the re-fit is the remedy, the result is judged elsewhere)."""
-    if layer.reparam is None:
-        return (
-            "In hierarchical models this is the sign of a parameterisation that does not "
-            "suit the data: a non-centred one (a = mu + tau * z) with data-rich groups, or a "
-            "centred one with data-poor groups; the other one samples better."
-        )
-    return (
-        "The step already samples the group effects in coordinates chosen per group "
-        "(reparameterize='auto'); a hierarchical model's joint MAP can still lie far from "
-        "its bulk (in a scale, or a residual sd the scales trade against), and the re-fit is "
-        "what corrects it. A miss of the result is a BiasWarning's to report."
-    )
+    Not where the step samples in coordinates it chose per group (``layer.reparam``): a
+    hierarchy's joint MAP can lie far from its bulk even there (the crossed ratings'
+    residual ``sigma``, 10-12 sds, on in-band runs), the re-fit is the remedy and a
+    ``BiasWarning`` judges the result, so the warning would only fire on good runs. Nor
+    where the fit is the Gaussian at the bulk's reading
+    (:mod:`~pymc_bigdata.step_methods.bulk_start`): its centre is an approximation of the
+    bulk by construction (on a crossed logistic model 5 to 6 marginal sds off in a
+    coefficient or a scale, where the fits' Gaussian reading of each group's binary rows is a
+    Laplace approximation), not a MAP."""
+    if layer.reparam is not None:
+        return False
+    return layer.bulk is None or not np.array_equal(laplace.center, layer.bulk.point)
