@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
@@ -35,10 +36,16 @@ SLOW_CELL_TIMEOUT = 1800
 
 
 @pytest.mark.parametrize("path", PARAMS)
-def test_notebook_runs(path):
-    """Execute the notebook in a fresh kernel; any cell error fails the test."""
+def test_notebook_runs(path, tmp_path):
+    """Execute the notebook in a fresh kernel; any cell error fails the test.
+
+    The kernel talks over IPC sockets in ``tmp_path``, not TCP ports: the kernel manager
+    picks free ports before the kernel binds them, and a kernel started meanwhile on the
+    other xdist worker can take one (CI, 2026-11-30: ``austerity_flights``' kernel died with
+    "Address already in use" and the test failed after 60 s without running a cell)."""
     notebook = nbformat.read(path, as_version=4)
     timeout = SLOW_CELL_TIMEOUT if _is_slow(path) else CELL_TIMEOUT
-    NotebookClient(notebook, timeout=timeout, kernel_name="python3").execute(cwd=str(path.parent))
+    kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
+    NotebookClient(notebook, timeout=timeout, km=kernel).execute(cwd=str(path.parent))
     outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
