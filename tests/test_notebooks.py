@@ -46,6 +46,10 @@ def test_notebook_runs(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     timeout = SLOW_CELL_TIMEOUT if _is_slow(path) else CELL_TIMEOUT
     kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
-    NotebookClient(notebook, timeout=timeout, km=kernel).execute(cwd=str(path.parent))
+    try:
+        NotebookClient(notebook, timeout=timeout, km=kernel).execute(cwd=str(path.parent))
+    finally:  # a kernel manager given to the client is the caller's to shut down
+        if kernel.has_kernel:
+            kernel.shutdown_kernel(now=True)
     outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
