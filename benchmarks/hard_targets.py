@@ -88,6 +88,9 @@ MODELS = {
     # the same design with binary ratings and a covariate (d = 4,004)
     "crossed_logistic_noncentred": (lambda: hm.crossed_logistic(centred=False), None),
     "crossed_logistic_centred": (lambda: hm.crossed_logistic(centred=True), None),
+    # 50,000 rows, 40 groups of 5 to 8,710 rows, Student-t effects (nu = 4), Gaussian rows
+    "t_effects_noncentred": (lambda: hm.t_effects(centred=False), None),
+    "t_effects_centred": (lambda: hm.t_effects(centred=True), None),
     # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
     "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
     "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
@@ -122,6 +125,8 @@ REFERENCE_FILE = {
     "crossed_ratings_centred": "crossed_ratings",
     "crossed_logistic_noncentred": "crossed_logistic",
     "crossed_logistic_centred": "crossed_logistic",
+    "t_effects_noncentred": "t_effects",
+    "t_effects_centred": "t_effects",
     "two_level_logistic_noncentred": "two_level_logistic",
     "two_level_logistic_centred": "two_level_logistic",
     "sparse_regions_noncentred": "sparse_regions",

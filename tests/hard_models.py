@@ -329,6 +329,61 @@ def hier_poisson(centred: bool, seed: int = 7) -> pm.Model:
 
 
 # ---------------------------------------------------------------------------------------------
+# d2t. heavy-tailed effects: Student-t group effects, 40 groups of 5 to 8,710 rows
+
+#: the effects' degrees of freedom (in the data and in the model)
+T_EFFECTS_DF = 4.0
+
+
+def make_t_effects_data(
+    n_rows: int = 50_000, n_groups: int = 40, seed: int = 15
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (5 to 8,710 at the
+    defaults; shuffled), one standard-normal covariate; true ``a_j = 0.5 + 0.7 t_j`` with
+    ``t_j`` Student-t with ``T_EFFECTS_DF`` degrees of freedom, and
+    ``y = a[group] + 0.4 x + 1.5 e`` with standard normals ``e``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    x : ndarray, shape (n_rows,)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    sizes = geometric_sizes(n_rows, n_groups, smallest=5)
+    group = np.repeat(np.arange(n_groups), rng.permutation(sizes))
+    a = 0.5 + 0.7 * rng.standard_t(T_EFFECTS_DF, size=n_groups)
+    x = rng.standard_normal(n_rows)
+    y = a[group] + 0.4 * x + 1.5 * rng.standard_normal(n_rows)
+    return group, x, y
+
+
+def t_effects_model(group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool) -> pm.Model:
+    """Varying intercepts with heavy tails: ``mu ~ Normal(0, 2)``, ``tau ~ HalfNormal(1)``,
+    ``a ~ StudentT(4, mu, tau)`` (centred) or ``z ~ StudentT(4, 0, 1)``, ``a = mu + tau * z``
+    (non-centred); ``slope ~ Normal(0, 1)``, ``sigma ~ HalfNormal(2)``,
+    ``y ~ Normal(a[group] + slope x, sigma)``."""
+    n_groups = int(group.max()) + 1
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        if centred:
+            a = pm.StudentT("a", nu=T_EFFECTS_DF, mu=mu, sigma=tau, shape=n_groups)
+        else:
+            z = pm.StudentT("z", nu=T_EFFECTS_DF, mu=0.0, sigma=1.0, shape=n_groups)
+            a = pm.Deterministic("a", mu + tau * z)
+        slope = pm.Normal("slope", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("y", a[group] + slope * x, sigma, observed=y)
+    return model
+
+
+def t_effects(centred: bool, seed: int = 15) -> pm.Model:
+    """The Student-t effects model (see ``t_effects_model``)."""
+    return t_effects_model(*make_t_effects_data(seed=seed), centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
 # d2c. two levels: groups nested in regions, 60 groups of 5 to ~7,000 rows in 6 regions
 
 

@@ -37,7 +37,7 @@ from pymc.logprob.transforms import LogTransform
 from pytensor.graph.basic import Variable
 from pytensor.scalar import Add, Mul
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.random.basic import NormalRV
+from pytensor.tensor.random.basic import NormalRV, StudentTRV
 from pytensor.tensor.subtensor import AdvancedSubtensor
 
 from pymc_bigdata.model.group_index import (
@@ -164,6 +164,8 @@ def find_loc_scale_effects(
       either operation, ``pm.Deterministic`` wrappers allowed, or ``scale * z`` alone);
     * centred: a free vector ``a ~ Normal(loc, scale)`` (no transform) that the likelihood
       reads;
+    * either of them with ``StudentT(nu, ...)`` in place of ``Normal(...)``, ``nu`` a
+      constant (heavy-tailed effects: the same loc-scale maps);
 
     where ``scale`` is a sampled free variable of size 1, untransformed or log-transformed
     (``HalfNormal``, ``Exponential``, ``HalfCauchy`` ...), and ``loc`` a sampled,
@@ -473,19 +475,43 @@ def _indexed(var: Variable) -> tuple[Variable, Variable | None]:
     return peel(node.inputs[0]), index
 
 
+def _loc_scale_params(rv: Variable, layout: _Layout) -> tuple[Variable, Variable] | None:
+    """``(mu, sigma)`` of a sampled untransformed vector ``rv`` of a loc-scale family the
+    maps accept: ``Normal(mu, sigma)``, or ``StudentT(nu, mu, sigma)`` with a constant ``nu``
+    (the maps of :mod:`~pymc_bigdata.model.reparam` and :mod:`~pymc_bigdata.model.whitening`
+    hold for any loc-scale prior; only the centring rule's reading of the groups is
+    Gaussian)."""
+    if rv.owner is None or not layout.vector(rv):
+        return None
+    op = rv.owner.op
+    if type(op) is NormalRV:
+        return tuple(op.dist_params(rv.owner))
+    if type(op) is StudentTRV:
+        nu, mu, sigma = op.dist_params(rv.owner)
+        df = _constant(nu)
+        if df is None or np.ndim(df) != 0 or not df > 0:
+            return None
+        return mu, sigma
+    return None
+
+
 def _standard_normal(rv: Variable, layout: _Layout) -> bool:
-    """``rv`` is a sampled untransformed vector ``Normal(0, 1)``."""
-    if rv.owner is None or type(rv.owner.op) is not NormalRV or not layout.vector(rv):
+    """``rv`` is a sampled untransformed vector ``Normal(0, 1)`` (or standard Student-t:
+    :func:`_loc_scale_params`)."""
+    params = _loc_scale_params(rv, layout)
+    if params is None:
         return False
-    mu, sigma = (_constant(p) for p in rv.owner.op.dist_params(rv.owner))
+    mu, sigma = (_constant(p) for p in params)
     return mu is not None and sigma is not None and np.all(mu == 0.0) and np.all(sigma == 1.0)
 
 
 def _match_centred(rv: Variable, layout: _Layout) -> tuple[Variable | float, Variable] | None:
-    """``(loc, scale)`` where the free variable ``rv`` is a vector ``Normal(loc, scale)``."""
-    if rv.owner is None or type(rv.owner.op) is not NormalRV or not layout.vector(rv):
+    """``(loc, scale)`` where the free variable ``rv`` is a vector ``Normal(loc, scale)``
+    (or ``StudentT(nu, loc, scale)``: :func:`_loc_scale_params`)."""
+    params = _loc_scale_params(rv, layout)
+    if params is None:
         return None
-    mu, sigma = rv.owner.op.dist_params(rv.owner)
+    mu, sigma = params
     loc, scale = layout.loc(mu, _size(rv, layout)), layout.scale(sigma)
     if loc is None or scale is None or loc is scale:
         return None

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pymc as pm
 import pytest
-from hard_models import hier_logistic, make_hier_logistic_data
+from hard_models import hier_logistic, make_hier_logistic_data, make_t_effects_data, t_effects_model
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
 from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams
@@ -247,6 +247,22 @@ def test_detects_swapped_inline_and_constant_loc(variants):
     assert b.group_counts().sum() == c.group_counts().sum() == 60
 
 
+@pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
+def test_detects_student_t_effects(centred):
+    """Student-t effects (``hard_models.t_effects``): ``z ~ StudentT(4, 0, 1)`` read through
+    ``mu + tau * z``, and ``a ~ StudentT(4, mu, tau)``, are the same loc-scale effects.
+
+    Mutation: the ``StudentTRV`` branch of ``_loc_scale_params`` returns None: neither form
+    is found."""
+    group, x, y = make_t_effects_data(n_rows=2_000, n_groups=8)
+    model = t_effects_model(group, x, y, centred=centred)
+    [effect] = find_loc_scale_effects(model)
+    assert (effect.name, effect.centred, effect.effect) == ("a", centred, "a" if centred else "z")
+    assert (effect.loc, effect.scale, effect.scale_transform) == ("mu", "tau_log__", "log")
+    assert effect.effect_slice == slice(2, 10)
+    np.testing.assert_array_equal(effect.group_counts(), np.bincount(group))
+
+
 def test_detects_through_minibatch_and_data():
     """``(z * tau)[g]`` with ``g`` a ``pm.Data`` read through ``pm.Minibatch``: loc 0, and
     the group index found behind the minibatch.
@@ -280,8 +296,10 @@ def _not_effects(kind: str) -> pm.Model:
         tau = pm.HalfNormal("tau")
         if kind == "z_sigma_2":
             a = mu + tau * pm.Normal("z", 0.0, 2.0, shape=4)
-        elif kind == "studentt":
-            a = pm.StudentT("a", nu=4, mu=mu, sigma=tau, shape=4)
+        elif kind == "studentt_free_nu":
+            a = pm.StudentT("a", nu=pm.Gamma("nu", 2.0, 0.1), mu=mu, sigma=tau, shape=4)
+        elif kind == "studentt_z_sigma_2":
+            a = mu + tau * pm.StudentT("z", nu=4, mu=0.0, sigma=2.0, shape=4)
         elif kind == "laplace":
             a = pm.Laplace("a", mu=mu, b=tau, shape=4)
         elif kind == "z_read_elsewhere":
@@ -304,8 +322,8 @@ def _not_effects(kind: str) -> pm.Model:
 
 # Mutations each case was seen to fail on:
 #   z_sigma_2:        ``np.all(sigma == 1.0)`` -> ``True``
-#   studentt:         ``type(rv.owner.op) is not NormalRV`` -> ``False`` (both places;
-#                     StudentT has three parameters: an unpacking error)
+#   studentt_free_nu: ``df is None or np.ndim(df) != 0 or not df > 0`` -> ``False``
+#   studentt_z_sigma_2: ``np.all(sigma == 1.0)`` -> ``True``
 #   laplace:          ``type(rv.owner.op) is not NormalRV`` -> ``False`` in ``_match_centred``
 #   z_read_elsewhere: ``if z_rv in _walk(...)`` -> ``if False``
 #   vector_scale:     ``sl.stop - sl.start != 1`` -> ``False``
@@ -315,7 +333,8 @@ def _not_effects(kind: str) -> pm.Model:
     "kind",
     [
         "z_sigma_2",
-        "studentt",
+        "studentt_free_nu",
+        "studentt_z_sigma_2",
         "laplace",
         "z_read_elsewhere",
         "vector_scale",
@@ -324,8 +343,8 @@ def _not_effects(kind: str) -> pm.Model:
     ],
 )
 def test_does_not_detect_other_effects(kind):
-    """Only loc-scale effects are reported: other priors, shapes, transforms and uses give
-    no record (never a wrong one)."""
+    """Only loc-scale effects are reported: other priors (a Student-t's ``nu`` sampled, a
+    Laplace), shapes, transforms and uses give no record (never a wrong one)."""
     assert find_loc_scale_effects(_not_effects(kind)) == []
 
 

@@ -29,12 +29,14 @@ import pymc as pm
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from hard_models import (  # noqa: E402
     REFERENCE_DIR,
+    T_EFFECTS_DF,
     make_big_hier_logistic_data,
     make_crossed_logistic_data,
     make_crossed_ratings_data,
     make_group_logistic_data,
     make_hier_poisson_data,
     make_sparse_regions_data,
+    make_t_effects_data,
     make_two_level_logistic_data,
 )
 
@@ -174,6 +176,37 @@ def group_logistic() -> tuple[pm.Model, dict[str, str]]:
     return model, {"gamma": "gamma", "tau": "tau", "slope": "slope", "a": "a", "z_a": "z"}
 
 
+def t_effects() -> tuple[pm.Model, dict[str, str]]:
+    """``t_effects``, its Gaussian rows read through each group's sufficient statistics (the
+    same likelihood, exactly, at the cost of 40 groups instead of 50,000 rows); ``h_j =
+    0.2 n_j`` (``tau^2 / sigma^2 ~ 0.49 / 2.25``), the effect written partially centred with
+    a Student-t ``w_j ~ StudentT(4, c_j mu, tau^c_j)`` (the same loc-scale map)."""
+    group, x, y = make_t_effects_data()
+    count = np.bincount(group).astype(np.float64)
+    n_groups = len(count)
+    sums = {
+        name: np.bincount(group, weights=values, minlength=n_groups)
+        for name, values in {"y": y, "x": x, "xy": x * y, "xx": x * x, "yy": y * y}.items()
+    }
+    c = 0.2 * count / (1.0 + 0.2 * count)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        w = pm.StudentT("w_a", nu=T_EFFECTS_DF, mu=c * mu, sigma=tau**c, shape=n_groups)
+        a = pm.Deterministic("a", mu + tau ** (1.0 - c) * (w - c * mu))
+        pm.Deterministic("z_a", (a - mu) / tau)
+        slope = pm.Normal("slope", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        squares = (
+            sums["yy"] - 2.0 * a * sums["y"] - 2.0 * slope * sums["xy"] + count * a**2
+            + 2.0 * a * slope * sums["x"] + slope**2 * sums["xx"]
+        )  # fmt: skip
+        pm.Potential("y", pm.math.sum(-0.5 * squares / sigma**2 - count * pm.math.log(sigma)))
+    return model, {"mu": "mu", "tau": "tau", "slope": "slope", "sigma": "sigma", "a": "a"} | {
+        "z_a": "z"
+    }
+
+
 #: name: (builder returning the model and {variable in it: name in the reference}, seed)
 MODELS = {
     "big_hier_logistic": (big_hier_logistic, 108),
@@ -183,6 +216,7 @@ MODELS = {
     "two_level_logistic": (two_level_logistic, 111),
     "sparse_regions": (sparse_regions, 112),
     "group_logistic": (group_logistic, 113),
+    "t_effects": (t_effects, 115),
 }
 
 
