@@ -91,6 +91,9 @@ MODELS = {
     # 50,000 rows, 40 groups of 5 to 8,710 rows, Student-t effects (nu = 4), Gaussian rows
     "t_effects_noncentred": (lambda: hm.t_effects(centred=False), None),
     "t_effects_centred": (lambda: hm.t_effects(centred=True), None),
+    # the same with the degrees of freedom sampled, nu ~ Gamma(2, 0.1)
+    "t_effects_nu_noncentred": (lambda: hm.t_effects(centred=False, sampled_df=True), None),
+    "t_effects_nu_centred": (lambda: hm.t_effects(centred=True, sampled_df=True), None),
     # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
     "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
     "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
@@ -127,6 +130,8 @@ REFERENCE_FILE = {
     "crossed_logistic_centred": "crossed_logistic",
     "t_effects_noncentred": "t_effects",
     "t_effects_centred": "t_effects",
+    "t_effects_nu_noncentred": "t_effects_nu",
+    "t_effects_nu_centred": "t_effects_nu",
     "two_level_logistic_noncentred": "two_level_logistic",
     "two_level_logistic_centred": "two_level_logistic",
     "sparse_regions_noncentred": "sparse_regions",

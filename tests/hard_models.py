@@ -358,19 +358,23 @@ def make_t_effects_data(
     return group, x, y
 
 
-def t_effects_model(group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool) -> pm.Model:
+def t_effects_model(
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool, sampled_df: bool = False
+) -> pm.Model:
     """Varying intercepts with heavy tails: ``mu ~ Normal(0, 2)``, ``tau ~ HalfNormal(1)``,
     ``a ~ StudentT(4, mu, tau)`` (centred) or ``z ~ StudentT(4, 0, 1)``, ``a = mu + tau * z``
     (non-centred); ``slope ~ Normal(0, 1)``, ``sigma ~ HalfNormal(2)``,
-    ``y ~ Normal(a[group] + slope x, sigma)``."""
+    ``y ~ Normal(a[group] + slope x, sigma)``. With ``sampled_df`` the degrees of freedom
+    are sampled, ``nu ~ Gamma(2, 0.1)`` (the prior of Juárez & Steel 2010)."""
     n_groups = int(group.max()) + 1
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
+        nu = pm.Gamma("nu", 2.0, 0.1) if sampled_df else T_EFFECTS_DF
         if centred:
-            a = pm.StudentT("a", nu=T_EFFECTS_DF, mu=mu, sigma=tau, shape=n_groups)
+            a = pm.StudentT("a", nu=nu, mu=mu, sigma=tau, shape=n_groups)
         else:
-            z = pm.StudentT("z", nu=T_EFFECTS_DF, mu=0.0, sigma=1.0, shape=n_groups)
+            z = pm.StudentT("z", nu=nu, mu=0.0, sigma=1.0, shape=n_groups)
             a = pm.Deterministic("a", mu + tau * z)
         slope = pm.Normal("slope", 0.0, 1.0)
         sigma = pm.HalfNormal("sigma", 2.0)
@@ -378,9 +382,10 @@ def t_effects_model(group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred:
     return model
 
 
-def t_effects(centred: bool, seed: int = 15) -> pm.Model:
+def t_effects(centred: bool, seed: int = 15, sampled_df: bool = False) -> pm.Model:
     """The Student-t effects model (see ``t_effects_model``)."""
-    return t_effects_model(*make_t_effects_data(seed=seed), centred=centred)
+    data = make_t_effects_data(seed=seed)
+    return t_effects_model(*data, centred=centred, sampled_df=sampled_df)
 
 
 # ---------------------------------------------------------------------------------------------

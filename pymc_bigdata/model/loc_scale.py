@@ -165,7 +165,7 @@ def find_loc_scale_effects(
     * centred: a free vector ``a ~ Normal(loc, scale)`` (no transform) that the likelihood
       reads;
     * either of them with ``StudentT(nu, ...)`` in place of ``Normal(...)``, ``nu`` a
-      constant (heavy-tailed effects: the same loc-scale maps);
+      constant or sampled (heavy-tailed effects: the same loc-scale maps);
 
     where ``scale`` is a sampled free variable of size 1, untransformed or log-transformed
     (``HalfNormal``, ``Exponential``, ``HalfCauchy`` ...), and ``loc`` a sampled,
@@ -477,7 +477,8 @@ def _indexed(var: Variable) -> tuple[Variable, Variable | None]:
 
 def _loc_scale_params(rv: Variable, layout: _Layout) -> tuple[Variable, Variable] | None:
     """``(mu, sigma)`` of a sampled untransformed vector ``rv`` of a loc-scale family the
-    maps accept: ``Normal(mu, sigma)``, or ``StudentT(nu, mu, sigma)`` with a constant ``nu``
+    maps accept: ``Normal(mu, sigma)``, or ``StudentT(nu, mu, sigma)`` (``nu`` constant or
+    sampled: it enters only the prior, which the maps leave to the model)
     (the maps of :mod:`~pymc_bigdata.model.reparam` and :mod:`~pymc_bigdata.model.whitening`
     hold for any loc-scale prior; only the centring rule's reading of the groups is
     Gaussian)."""
@@ -487,10 +488,7 @@ def _loc_scale_params(rv: Variable, layout: _Layout) -> tuple[Variable, Variable
     if type(op) is NormalRV:
         return tuple(op.dist_params(rv.owner))
     if type(op) is StudentTRV:
-        nu, mu, sigma = op.dist_params(rv.owner)
-        df = _constant(nu)
-        if df is None or np.ndim(df) != 0 or not df > 0:
-            return None
+        _, mu, sigma = op.dist_params(rv.owner)  # nu: a constant or sampled, either way
         return mu, sigma
     return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import arviz as az
@@ -176,11 +177,12 @@ def group_logistic() -> tuple[pm.Model, dict[str, str]]:
     return model, {"gamma": "gamma", "tau": "tau", "slope": "slope", "a": "a", "z_a": "z"}
 
 
-def t_effects() -> tuple[pm.Model, dict[str, str]]:
+def t_effects(sampled_df: bool = False) -> tuple[pm.Model, dict[str, str]]:
     """``t_effects``, its Gaussian rows read through each group's sufficient statistics (the
     same likelihood, exactly, at the cost of 40 groups instead of 50,000 rows); ``h_j =
     0.2 n_j`` (``tau^2 / sigma^2 ~ 0.49 / 2.25``), the effect written partially centred with
-    a Student-t ``w_j ~ StudentT(4, c_j mu, tau^c_j)`` (the same loc-scale map)."""
+    a Student-t ``w_j ~ StudentT(4, c_j mu, tau^c_j)`` (the same loc-scale map); with
+    ``sampled_df`` (``t_effects_nu``), ``nu ~ Gamma(2, 0.1)`` in place of 4."""
     group, x, y = make_t_effects_data()
     count = np.bincount(group).astype(np.float64)
     n_groups = len(count)
@@ -192,7 +194,8 @@ def t_effects() -> tuple[pm.Model, dict[str, str]]:
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
-        w = pm.StudentT("w_a", nu=T_EFFECTS_DF, mu=c * mu, sigma=tau**c, shape=n_groups)
+        nu = pm.Gamma("nu", 2.0, 0.1) if sampled_df else T_EFFECTS_DF
+        w = pm.StudentT("w_a", nu=nu, mu=c * mu, sigma=tau**c, shape=n_groups)
         a = pm.Deterministic("a", mu + tau ** (1.0 - c) * (w - c * mu))
         pm.Deterministic("z_a", (a - mu) / tau)
         slope = pm.Normal("slope", 0.0, 1.0)
@@ -202,9 +205,8 @@ def t_effects() -> tuple[pm.Model, dict[str, str]]:
             + 2.0 * a * slope * sums["x"] + slope**2 * sums["xx"]
         )  # fmt: skip
         pm.Potential("y", pm.math.sum(-0.5 * squares / sigma**2 - count * pm.math.log(sigma)))
-    return model, {"mu": "mu", "tau": "tau", "slope": "slope", "sigma": "sigma", "a": "a"} | {
-        "z_a": "z"
-    }
+    names = {"mu": "mu", "tau": "tau", "slope": "slope", "sigma": "sigma", "a": "a", "z_a": "z"}
+    return model, names | ({"nu": "nu"} if sampled_df else {})
 
 
 #: name: (builder returning the model and {variable in it: name in the reference}, seed)
@@ -217,6 +219,7 @@ MODELS = {
     "sparse_regions": (sparse_regions, 112),
     "group_logistic": (group_logistic, 113),
     "t_effects": (t_effects, 115),
+    "t_effects_nu": (partial(t_effects, sampled_df=True), 116),
 }
 
 
@@ -241,7 +244,7 @@ def main(name: str) -> None:
     out, min_ess = {}, math.inf
     for var, key in names.items():
         draws = post[var].values
-        is_scale = var in ("tau", "s_r", "s_i", "sigma", "tau_a", "tau_b")
+        is_scale = var in ("tau", "s_r", "s_i", "sigma", "tau_a", "tau_b", "nu")
         out |= summaries(f"{key}_log__" if is_scale else key, np.log(draws) if is_scale else draws)
         ess = az.ess(az.from_dict({"posterior": {"x": draws}}), method="bulk")["x"].values
         min_ess = min(min_ess, float(np.min(ess)))
