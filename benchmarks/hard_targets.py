@@ -94,6 +94,9 @@ MODELS = {
     # the same with the degrees of freedom sampled, nu ~ Gamma(2, 0.1)
     "t_effects_nu_noncentred": (lambda: hm.t_effects(centred=False, sampled_df=True), None),
     "t_effects_nu_centred": (lambda: hm.t_effects(centred=True, sampled_df=True), None),
+    # 60,000 rows, 48 groups of 5 to 8,828 rows in 12 regions in 4 countries
+    "three_level_noncentred": (lambda: hm.three_level(centred=False), None),
+    "three_level_centred": (lambda: hm.three_level(centred=True), None),
     # 60,000 rows, 60 groups of 5 to 6,929 rows nested in 6 regions
     "two_level_logistic_noncentred": (lambda: hm.two_level_logistic(centred=False), None),
     "two_level_logistic_centred": (lambda: hm.two_level_logistic(centred=True), None),
@@ -132,6 +135,8 @@ REFERENCE_FILE = {
     "t_effects_centred": "t_effects",
     "t_effects_nu_noncentred": "t_effects_nu",
     "t_effects_nu_centred": "t_effects_nu",
+    "three_level_noncentred": "three_level",
+    "three_level_centred": "three_level",
     "two_level_logistic_noncentred": "two_level_logistic",
     "two_level_logistic_centred": "two_level_logistic",
     "sparse_regions_noncentred": "sparse_regions",

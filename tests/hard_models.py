@@ -389,6 +389,70 @@ def t_effects(centred: bool, seed: int = 15, sampled_df: bool = False) -> pm.Mod
 
 
 # ---------------------------------------------------------------------------------------------
+# d2u. three levels: 48 groups of 5 to 8,828 rows in 12 regions in 4 countries
+
+#: each region's country and each group's region (fixed patterns)
+THREE_LEVEL_COUNTRIES, THREE_LEVEL_REGIONS, THREE_LEVEL_GROUPS = 4, 12, 48
+
+
+def make_three_level_data(
+    n_rows: int = 60_000, seed: int = 21
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geometric group sizes from 5 rows up summing to ``n_rows`` (shuffled); region ``r``
+    in country ``r % 4``, group ``j`` in region ``j % 12``; true country effects
+    ``0.5 + 0.6 e``, regions about them with sd 0.4, groups about theirs with sd 0.3, and
+    ``y = a[group] + 0.4 x + e`` with standard normals ``x``, ``e``.
+
+    Returns
+    -------
+    group : ndarray of int, shape (n_rows,)
+    x : ndarray, shape (n_rows,)
+    y : ndarray, shape (n_rows,)
+    """
+    rng = np.random.default_rng(seed)
+    n_c, n_r, n_g = THREE_LEVEL_COUNTRIES, THREE_LEVEL_REGIONS, THREE_LEVEL_GROUPS
+    sizes = geometric_sizes(n_rows, n_g, smallest=5)
+    group = np.repeat(np.arange(n_g), rng.permutation(sizes))
+    country = 0.5 + 0.6 * rng.standard_normal(n_c)
+    region = country[np.arange(n_r) % n_c] + 0.4 * rng.standard_normal(n_r)
+    a = region[np.arange(n_g) % n_r] + 0.3 * rng.standard_normal(n_g)
+    x = rng.standard_normal(n_rows)
+    y = a[group] + 0.4 * x + rng.standard_normal(n_rows)
+    return group, x, y
+
+
+def three_level_model(
+    group: np.ndarray, x: np.ndarray, y: np.ndarray, *, centred: bool
+) -> pm.Model:
+    """Groups in regions in countries: ``mu ~ Normal(0, 2)``, scales ``tc``, ``tr``, ``tg``
+    ``~ HalfNormal(1)``; countries ``c`` about ``mu``, regions ``r`` about ``c[r % 4]``,
+    groups ``a`` about ``r[j % 12]`` (centred ``Normal``, or ``loc + scale * z``);
+    ``y ~ Normal(a[group] + slope x, sigma)``."""
+    n_c, n_r, n_g = THREE_LEVEL_COUNTRIES, THREE_LEVEL_REGIONS, THREE_LEVEL_GROUPS
+    in_country, in_region = np.arange(n_r) % n_c, np.arange(n_g) % n_r
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tc, tr, tg = (pm.HalfNormal(name, 1.0) for name in ("tc", "tr", "tg"))
+        if centred:
+            c = pm.Normal("c", mu, tc, shape=n_c)
+            r = pm.Normal("r", c[in_country], tr, shape=n_r)
+            a = pm.Normal("a", r[in_region], tg, shape=n_g)
+        else:
+            c = pm.Deterministic("c", mu + tc * pm.Normal("zc", 0.0, 1.0, shape=n_c))
+            r = pm.Deterministic("r", c[in_country] + tr * pm.Normal("zr", 0.0, 1.0, shape=n_r))
+            a = pm.Deterministic("a", r[in_region] + tg * pm.Normal("zg", 0.0, 1.0, shape=n_g))
+        slope = pm.Normal("slope", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("y", a[group] + slope * x, sigma, observed=y)
+    return model
+
+
+def three_level(centred: bool, seed: int = 21) -> pm.Model:
+    """The three-level model (see ``three_level_model``)."""
+    return three_level_model(*make_three_level_data(seed=seed), centred=centred)
+
+
+# ---------------------------------------------------------------------------------------------
 # d2c. two levels: groups nested in regions, 60 groups of 5 to ~7,000 rows in 6 regions
 
 
