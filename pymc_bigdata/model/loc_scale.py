@@ -476,12 +476,12 @@ def _indexed(var: Variable) -> tuple[Variable, Variable | None]:
 
 
 def _loc_scale_params(rv: Variable, layout: _Layout) -> tuple[Variable, Variable] | None:
-    """``(mu, sigma)`` of a sampled untransformed vector ``rv`` of a loc-scale family the
-    maps accept: ``Normal(mu, sigma)``, or ``StudentT(nu, mu, sigma)`` (``nu`` constant or
-    sampled: it enters only the prior, which the maps leave to the model)
-    (the maps of :mod:`~pymc_bigdata.model.reparam` and :mod:`~pymc_bigdata.model.whitening`
-    hold for any loc-scale prior; only the centring rule's reading of the groups is
-    Gaussian)."""
+    """``(mu, sigma)`` of a sampled untransformed vector ``rv`` of a loc-scale family:
+    ``Normal(mu, sigma)``, or ``StudentT(nu, mu, sigma)`` with ``nu`` constant or sampled.
+
+    The maps of :mod:`~pymc_bigdata.model.reparam` and :mod:`~pymc_bigdata.model.whitening`
+    hold for any loc-scale prior (the prior, ``nu`` included, stays the model's); only the
+    centring rule's reading of the groups is Gaussian."""
     if rv.owner is None or not layout.vector(rv):
         return None
     op = rv.owner.op

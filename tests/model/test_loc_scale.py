@@ -324,7 +324,8 @@ def _not_effects(kind: str) -> pm.Model:
 # Mutations each case was seen to fail on:
 #   z_sigma_2:        ``np.all(sigma == 1.0)`` -> ``True``
 #   studentt_z_sigma_2: ``np.all(sigma == 1.0)`` -> ``True``
-#   laplace:          ``type(rv.owner.op) is not NormalRV`` -> ``False`` in ``_match_centred``
+#   laplace:          ``_loc_scale_params``' last ``return None`` ->
+#                     ``return tuple(op.dist_params(rv.owner))[-2:]`` (any family accepted)
 #   z_read_elsewhere: ``if z_rv in _walk(...)`` -> ``if False``
 #   vector_scale:     ``sl.stop - sl.start != 1`` -> ``False``
 #   interval_scale:   ``transform is None or isinstance(transform, LogTransform)`` -> ``True``
