@@ -11,7 +11,7 @@ fit; :func:`bulk_point` moves a point there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -163,6 +163,7 @@ def fit_parent(
     children: LocScaleEffect,
     children_fit: GroupFit,
     prior_logp: Callable[[np.ndarray], float],
+    descendants: Sequence[LocScaleEffect] = (),
 ) -> GroupFit:
     """:func:`fit_groups` for the parents' effect ``b`` of nested groups (``effect.children``):
     what the data say about ``b_k`` is what its groups say, each group's estimate
@@ -181,6 +182,8 @@ def fit_parent(
         The nested groups' effect and its :func:`fit_groups` at ``theta``.
     prior_logp
         The model's log prior in the value coordinates.
+    descendants
+        Three levels and up: the effects nested in ``children``, each in the one before.
     """
     index = children.parent.index
     seen = children_fit.kappa > 0.0
@@ -190,7 +193,7 @@ def fit_parent(
     weighted = np.bincount(index, weights=weight * children_fit.estimate, minlength=effect.n_groups)
     b = effect_values(effect, theta)
     estimate = np.where(kappa > 0.0, weighted / np.where(kappa > 0.0, kappa, 1.0), b)
-    scale_prior = _scale_prior(effect, theta, prior_logp, children)
+    scale_prior = _scale_prior(effect, theta, prior_logp, [children, *descendants])
     return _bulk_fit(effect, theta, kappa, estimate, scale_prior)
 
 
@@ -261,14 +264,15 @@ def _scale_prior(
     effect: LocScaleEffect,
     theta: np.ndarray,
     prior_logp: Callable[[np.ndarray], float],
-    children: LocScaleEffect | None = None,
+    nested: Sequence[LocScaleEffect] = (),
 ) -> Callable[[float], float]:
     """The log prior density of ``log scale``, up to a constant: the model's prior at
     ``theta`` with the scale moved and each ``z_j = (a_j - loc) / scale`` held (a centred
     effect's ``a_j`` move with the scale, and the ``-J log scale`` of their density is
     added back), plus ``log scale`` where the scale's value is the scale itself. A parents'
-    effect moves its centred ``children`` with it, so their prior about it stays put (what
-    they say about it is in :func:`fit_parent`'s estimates)."""
+    effect moves the centred effects ``nested`` in it (its children, then theirs) with it,
+    so their prior about it stays put (what they say about it is in :func:`fit_parent`'s
+    estimates)."""
     scale, loc = scale_at(effect, theta), _loc_at(effect, theta)
     z = (
         theta[effect.effect_slice]
@@ -283,9 +287,10 @@ def _scale_prior(
         )
         if effect.centred:
             moved[effect.effect_slice] = loc + np.exp(log_scale) * z
-        if children is not None and children.centred:
-            shift = children.parent.value(moved) - children.parent.value(theta)
-            moved[children.effect_slice] += shift
+        for below in nested:  # each reads the one before at its new point
+            if below.centred:
+                shift = below.parent.value(moved) - below.parent.value(theta)
+                moved[below.effect_slice] += shift
         if effect.centred:
             return prior_logp(moved) + effect.n_groups * log_scale
         return prior_logp(moved) + (0.0 if effect.scale_transform == "log" else log_scale)

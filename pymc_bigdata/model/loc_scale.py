@@ -172,9 +172,11 @@ def find_loc_scale_effects(
     untransformed free variable of size 1, a constant, or another effect read at each
     group's parent, ``b[k]`` with a constant integer vector ``k`` of one entry per group
     (two levels: ``b`` a sampled untransformed free vector, or ``loc_b + scale_b * z_b`` as
-    above). Other shapes, priors, transforms or held variables give no record. A parents'
-    ``b`` read only through the groups' ``loc`` is reported with ``children`` set: the
-    non-centred one above, or a free vector ``b ~ Normal(loc_b, scale_b)`` (centred).
+    above; three levels and up: ``loc_b`` in turn a grandparents' effect ``c[m]``). Other
+    shapes, priors, transforms or held variables give no record. A parents' ``b`` read only
+    through the groups' ``loc`` is reported with ``children`` set: the non-centred one
+    above, or a free vector ``b ~ Normal(loc_b, scale_b)`` (centred), whose ``loc_b`` may be
+    a grandparents' effect, reported in the same way.
 
     Parameters
     ----------
@@ -225,10 +227,13 @@ def find_loc_scale_effects(
 def _mark_parents(found: dict[Variable, LocScaleEffect], layout: _Layout, read: set) -> None:
     """Mark each found effect's parents' effect ``b`` with ``children``: a non-centred ``b``
     found above (read only through its children's ``loc``), or a free vector
-    ``b ~ Normal(loc, scale)`` the likelihood does not read (centred). A ``b`` that two
+    ``b ~ Normal(loc, scale)`` the likelihood does not read (centred), whose own ``loc`` may
+    be a grandparents' effect, marked in turn (three levels and up). A ``b`` that two
     effects nest in is left as it was found."""
     before, claimed = dict(found), set()
-    for child in before.values():
+    pending = list(before.values())
+    while pending:
+        child = pending.pop(0)
         parent = child.parent
         rv = None if parent is None else layout.rv_at(parent.values_slice)
         if rv in claimed:
@@ -244,11 +249,29 @@ def _mark_parents(found: dict[Variable, LocScaleEffect], layout: _Layout, read: 
                     found[rv] = replace(record, group=parent.index, children=child.name)
             continue
         match = _match_centred(rv, layout) if parent.scale_slice is None else None
-        if match is None or rv in read or isinstance(match[0], ParentLoc | LinearLoc):
+        if match is None or rv in read or isinstance(match[0], LinearLoc):
             continue
         record = layout.record(rv.name, True, rv, *match, GroupIndex(parent.index, None, True))
         if record is not None:
             found[rv] = replace(record, children=child.name)
+            pending.append(found[rv])
+    _drop_orphaned_parents(found)
+
+
+def _drop_orphaned_parents(found: dict[Variable, LocScaleEffect]) -> None:
+    """A parents' effect whose children were dropped (their own parents claimed twice): a
+    centred one (found only as a parent) is dropped, a non-centred one loses ``children``;
+    until none is left."""
+    while True:
+        names = {e.name for e in found.values()}
+        orphans = [rv for rv, e in found.items() if e.children and e.children not in names]
+        if not orphans:
+            return
+        for rv in orphans:
+            if found[rv].centred:
+                del found[rv]
+            else:
+                found[rv] = replace(found[rv], children=None)
 
 
 def _drop_regressions_on_effects(found: dict[Variable, LocScaleEffect]) -> None:
@@ -326,7 +349,8 @@ class _Layout:
     def parent(self, var: Variable) -> ParentLoc | None:
         """``b[k]`` with a constant integer vector ``k``, where ``b`` is a sampled
         untransformed free vector or ``loc_b + scale_b * z_b`` (a non-centred effect whose
-        own ``loc_b`` is a scalar or a constant)."""
+        own ``loc_b`` is a scalar, a constant, or the grandparents' effect ``c[m]`` with one
+        entry per parent: three levels and up)."""
         indexing = peel(var)
         b, k = _indexed(indexing)
         k = None if k is None else _constant(k)
@@ -337,18 +361,33 @@ class _Layout:
             return ParentLoc(b.name, self.sampled(b), k)
         name = indexing.owner.inputs[0].name  # a pm.Deterministic's, before peeling
         match = _match_noncentred(b, self)
-        if match is None or match[3] is not None or isinstance(match[1], ParentLoc | LinearLoc):
+        if match is None or match[3] is not None or isinstance(match[1], LinearLoc):
             return None
         z, loc, scale, _ = match
+        grandparents = loc if isinstance(loc, ParentLoc) else None
+        if grandparents is not None and not self._fits(grandparents, z, scale):
+            return None
         loc_free = isinstance(loc, Variable)
         return ParentLoc(
             name=name or z.name,
             values_slice=self.sampled(z),
             index=k,
             loc_slice=self.sampled(loc) if loc_free else None,
-            loc_value=0.0 if loc_free else float(loc),
+            loc_value=float(loc) if isinstance(loc, float) else 0.0,
             scale_slice=self.sampled(scale),
             scale_transform="log" if self.transform(scale) is not None else None,
+            loc_parent=grandparents,
+        )
+
+    def _fits(self, parents: ParentLoc, effect: Variable, scale: Variable) -> bool:
+        """``parents`` can be ``effect``'s ``loc``: one entry per group, reading neither
+        the effect's entries nor its scale's."""
+        own = self.sampled(effect)
+        used = parents.slots()
+        return (
+            len(parents.index) == own.stop - own.start
+            and not used & set(range(own.start, own.stop))
+            and self.sampled(scale).start not in used
         )
 
     def scale(self, var: Variable) -> Variable | None:
@@ -383,12 +422,14 @@ class _Layout:
         effect_slice = self.sampled(effect)
         parent = loc if isinstance(loc, ParentLoc) else None
         regression = loc if isinstance(loc, LinearLoc) else None
-        if parent is not None or regression is not None:
+        if parent is not None and not self._fits(parent, effect, scale):
+            return None
+        if regression is not None:
             own = set(range(effect_slice.start, effect_slice.stop))
-            size = len(parent.index) if parent is not None else regression.n_groups
-            used = (parent or regression).slots()
-            if size != len(own) or own & used or self.sampled(scale).start in used:
+            used = regression.slots()
+            if regression.n_groups != len(own) or own & used or self.sampled(scale).start in used:
                 return None
+        if parent is not None or regression is not None:
             loc = 0.0
         loc_free = isinstance(loc, Variable)
         return LocScaleEffect(

@@ -8,14 +8,18 @@ parent ``k_j``::
 
 where the parents' effects ``b`` are a free vector (``b ~ Normal(mu, tau_b)``, the centred
 form) or ``b = loc_b + scale_b * z_b`` with a standard-normal free vector ``z_b`` (the
-non-centred form). :class:`ParentLoc` is that ``loc_j = b[k_j]`` as a function of the
-raveled value vector ``x``, in numpy (with its vector-Jacobian product) and in PyTensor, so
-that :class:`~pymc_bigdata.model.reparam.LocScaleReparam` can centre the groups about their
+non-centred form). In three levels the parents' own ``loc_b`` is in turn an effect read at
+each parent's parent, ``c[m_k]`` (countries above regions above groups): ``loc_b`` is then a
+:class:`ParentLoc` itself (:attr:`ParentLoc.loc_parent`), and so on up. :class:`ParentLoc`
+is that ``loc_j = b[k_j]`` as a function of the raveled value vector ``x``, in numpy (with
+its vector-Jacobian product) and in PyTensor, so that
+:class:`~pymc_bigdata.model.reparam.LocScaleReparam` can centre the groups about their
 parents as it centres one-level groups about a scalar ``loc``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +27,7 @@ import pytensor.tensor as pt
 
 __all__ = [
     "ParentLoc",
+    "Written",
     "add_loc_pullback",
     "effect_loc",
     "effect_log_scale",
@@ -30,6 +35,10 @@ __all__ = [
     "log_scale_of",
     "symbolic_loc_scale",
 ]
+
+
+#: the model's values of effects the sampler holds in other coordinates, by first entry
+Written = Mapping[int, pt.TensorVariable]
 
 
 def log_scale_of(value: np.ndarray, transform: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -64,12 +73,14 @@ def effect_log_scale(effect, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return log_scale_of(x[..., effect.scale_slice], effect.scale_transform)
 
 
-def symbolic_loc_scale(effect, x: pt.TensorVariable) -> tuple:
+def symbolic_loc_scale(effect, x: pt.TensorVariable, written: Written | None = None) -> tuple:
     """A loc-scale effect's ``loc`` (a scalar, or (J,) for a vector ``loc``) and
-    ``log(scale)`` at the symbolic vector ``x``."""
-    vector = _vector_loc(effect)
-    if vector is not None:
-        loc = vector.symbolic(x)
+    ``log(scale)`` at the symbolic vector ``x``; a parents' effect's values are read from
+    ``written`` where it holds them (:class:`ParentLoc`)."""
+    if effect.parent is not None:
+        loc = effect.parent.symbolic(x, written)
+    elif effect.linear_loc is not None:
+        loc = effect.linear_loc.symbolic(x)
     else:
         loc = effect.loc_value if effect.loc_slice is None else x[effect.loc_slice][0]
     value = x[effect.scale_slice][0]
@@ -111,13 +122,18 @@ class ParentLoc:
         ``k_j``, each group's parent.
     loc_slice : slice or None
         ``loc_b``'s entry (size 1) where ``b = loc_b + scale_b * z_b`` with a free
-        ``loc_b``; None where ``loc_b`` is :attr:`loc_value` or ``b`` is free.
+        ``loc_b``; None where ``loc_b`` is :attr:`loc_value`, :attr:`loc_parent`, or ``b``
+        is free.
     loc_value : float
         A constant ``loc_b``.
     scale_slice : slice or None
         ``scale_b``'s entry (size 1); None where ``b`` is the free vector itself.
     scale_transform : str or None
         ``"log"`` where ``scale_b``'s value is its log.
+    loc_parent : ParentLoc or None
+        Three levels: ``loc_b`` is the grandparents' effect read at each parent's parent,
+        ``c[m_k]`` (one entry per parent), where ``b = c[m] + scale_b * z_b``; None
+        otherwise.
     """
 
     name: str
@@ -127,13 +143,18 @@ class ParentLoc:
     loc_value: float = 0.0
     scale_slice: slice | None = None
     scale_transform: str | None = None
+    loc_parent: ParentLoc | None = None
 
     def slots(self) -> set[int]:
-        """The entries of ``x`` that ``loc`` reads."""
+        """The entries of ``x`` that ``loc`` reads (the grandparents' too)."""
         used = [self.values_slice, self.loc_slice, self.scale_slice]
-        return {k for s in used if s is not None for k in range(s.start, s.stop)}
+        own = {k for s in used if s is not None for k in range(s.start, s.stop)}
+        return own if self.loc_parent is None else own | self.loc_parent.slots()
 
     def _parent_loc(self, x: np.ndarray) -> np.ndarray:
+        """``loc_b`` at ``x``: shape (..., 1), or (..., K) read from the grandparents."""
+        if self.loc_parent is not None:
+            return self.loc_parent.value(x)
         if self.loc_slice is None:
             return np.full(x.shape[:-1] + (1,), self.loc_value)
         return x[..., self.loc_slice]
@@ -146,13 +167,20 @@ class ParentLoc:
             values = self._parent_loc(x) + np.exp(log_scale) * values
         return values[..., self.index]
 
-    def symbolic(self, x: pt.TensorVariable) -> pt.TensorVariable:
-        """``loc_j`` at the symbolic vector ``x``, shape (J,)."""
-        values = x[self.values_slice]
+    def symbolic(self, x: pt.TensorVariable, written: Written | None = None) -> pt.TensorVariable:
+        """``loc_j`` at the symbolic vector ``x``, shape (J,). ``written`` maps the first
+        entry of an effect's slots to its values in the model's coordinates, where they are
+        not ``x``'s (the sampler's ``w``, mapped parents first): the parents' values are
+        read there."""
+        start = self.values_slice.start
+        values = x[self.values_slice] if not written or start not in written else written[start]
         if self.scale_slice is not None:
             value = x[self.scale_slice][0]
             scale = pt.exp(value) if self.scale_transform == "log" else pt.abs(value)
-            loc = self.loc_value if self.loc_slice is None else x[self.loc_slice][0]
+            if self.loc_parent is not None:
+                loc = self.loc_parent.symbolic(x, written)
+            else:
+                loc = self.loc_value if self.loc_slice is None else x[self.loc_slice][0]
             values = loc + scale * values
         return values[self.index]
 
@@ -169,5 +197,7 @@ class ParentLoc:
         out[..., self.values_slice] += scale * per_parent
         through_scale = np.sum(per_parent * x[..., self.values_slice], axis=-1, keepdims=True)
         out[..., self.scale_slice] += d_log_scale * scale * through_scale
-        if self.loc_slice is not None:
+        if self.loc_parent is not None:
+            self.loc_parent.add_pullback(x, per_parent, out)
+        elif self.loc_slice is not None:
             out[..., self.loc_slice] += np.sum(per_parent, axis=-1, keepdims=True)

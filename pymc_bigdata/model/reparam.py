@@ -30,6 +30,7 @@ import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
 from pymc_bigdata.model.nested_loc import (
+    Written,
     add_loc_pullback,
     effect_loc,
     effect_log_scale,
@@ -130,11 +131,13 @@ class LocScaleReparam:
         return float(out) if np.ndim(out) == 0 else out
 
     # ------------------------------------------------------------------ in PyTensor
-    def symbolic_effect(self, phi: pt.TensorVariable) -> pt.TensorVariable:
+    def symbolic_effect(
+        self, phi: pt.TensorVariable, written: Written | None = None
+    ) -> pt.TensorVariable:
         """The model's effect variable ``t`` (shape (J,)) at the symbolic vector ``phi``
-        (Eq. 1)."""
+        (Eq. 1), its parents' values read from ``written`` where it holds them."""
         e, c, m = self.effect, self.shared_centredness, self.effect.model_centredness
-        loc, log_scale = symbolic_loc_scale(e, phi)
+        loc, log_scale = symbolic_loc_scale(e, phi, written)
         factor = pt.exp(log_scale * (m - c))
         return m * loc + factor * (phi[e.effect_slice] - c * loc)
 
@@ -243,13 +246,15 @@ class LocScaleReparams:
 
     def symbolic_effects(self, phi: pt.TensorVariable) -> dict[str, pt.TensorVariable]:
         """Each effect's value variable name: its value at the symbolic ``phi`` (parents
-        first; a parent's value is written into the vector its children read)."""
-        out, x = {}, phi
+        first; a parent's value is what its children read as their ``loc``)."""
+        out, written = {}, {}
         for i in self._order:
             r = self.reparams[i]
-            out[r.effect.effect] = r.symbolic_effect(x)
+            nested = r.effect.parent is not None
+            value = r.symbolic_effect(phi, written) if nested else r.symbolic_effect(phi)
+            out[r.effect.effect] = value
             if self._feeds[i]:
-                x = pt.set_subtensor(x[r.effect.effect_slice], out[r.effect.effect])
+                written[r.effect.effect_slice.start] = value
         return out
 
     def symbolic_log_jacobian(self, phi: pt.TensorVariable) -> pt.TensorVariable:

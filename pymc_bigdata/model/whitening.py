@@ -42,6 +42,7 @@ import pytensor.tensor as pt
 
 from pymc_bigdata.model.loc_scale import LocScaleEffect
 from pymc_bigdata.model.nested_loc import (
+    Written,
     add_loc_pullback,
     effect_loc,
     effect_log_scale,
@@ -236,8 +237,8 @@ class WhitenedLocScale:
         return float(out) if np.ndim(out) == 0 else out
 
     # ------------------------------------------------------------------ in PyTensor
-    def _symbolic_parts(self, phi: pt.TensorVariable):
-        loc, log_scale = symbolic_loc_scale(self.effect, phi)
+    def _symbolic_parts(self, phi: pt.TensorVariable, written: Written | None = None):
+        loc, log_scale = symbolic_loc_scale(self.effect, phi, written)
         kappa, estimate = (
             (self.shared_kappa, self.shared_estimate)
             if self.children is None
@@ -245,9 +246,12 @@ class WhitenedLocScale:
         )
         return loc, log_scale, kappa * pt.exp(2.0 * log_scale), estimate
 
-    def symbolic_effect(self, phi: pt.TensorVariable) -> pt.TensorVariable:
-        """The model's effect variable ``t`` (shape (J,)) at the symbolic ``phi`` (Eqs. 1-2)."""
-        loc, log_scale, h, estimate = self._symbolic_parts(phi)
+    def symbolic_effect(
+        self, phi: pt.TensorVariable, written: Written | None = None
+    ) -> pt.TensorVariable:
+        """The model's effect variable ``t`` (shape (J,)) at the symbolic ``phi`` (Eqs. 1-2),
+        its parents' values read from ``written`` where it holds them."""
+        loc, log_scale, h, estimate = self._symbolic_parts(phi, written)
         offset = estimate - loc
         z = h * offset * pt.exp(-log_scale) / (1.0 + h) + phi[self.effect.effect_slice] / pt.sqrt(
             1.0 + h

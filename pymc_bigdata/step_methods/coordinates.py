@@ -101,19 +101,23 @@ def check_reparameterize(value: bool | str) -> str | None:
 def loc_scale_effects(layer: MinibatchModel) -> list[LocScaleEffect]:
     """The layer's loc-scale effects that the centring rule can measure (read only as
     ``a[g]``), without their row data (a step pickles them). A parents' effect whose groups
-    the rule cannot measure is dropped (centred) or read from its rows (non-centred)."""
+    the rule cannot measure is dropped (centred) or read from its rows (non-centred), and so
+    on up the levels."""
     effects = find_loc_scale_effects(layer.model, layer.value_vars)
-    usable = {e.name for e in effects if e.indexed_only}
-    out = []
-    for effect in effects:
-        if effect.name not in usable:
-            continue
-        if effect.children is not None and effect.children not in usable:
+    kept = {e.name: e for e in effects if e.indexed_only}
+    orphans = True
+    while orphans:
+        orphans = [e for e in kept.values() if e.children and e.children not in kept]
+        for effect in orphans:
             if effect.centred:  # read only through groups the rule cannot measure
-                continue
-            effect = dataclasses.replace(effect, children=None)  # read from its rows
-        out.append(dataclasses.replace(effect, group=None, group_var=None))
-    return out
+                del kept[effect.name]
+            else:  # read from its rows
+                kept[effect.name] = dataclasses.replace(effect, children=None)
+    return [
+        dataclasses.replace(kept[e.name], group=None, group_var=None)
+        for e in effects
+        if e.name in kept
+    ]
 
 
 def _fit_effects(
@@ -126,14 +130,28 @@ def _fit_effects(
     names = {e.name: i for i, e in enumerate(effects)}
     for i in reversed(list(parents_first)):
         effect = effects[i]
-        child = names.get(effect.children) if effect.children is not None else None
-        if child is not None:
-            fits[i] = fit_parent(effect, theta, effects[child], fits[child], layer.prior_logp)
+        below = _nested_in(effect, effects, names)
+        if below:
+            child = names[effect.children]
+            fits[i] = fit_parent(
+                effect, theta, effects[child], fits[child], layer.prior_logp, below[1:]
+            )
         else:
             fits[i] = fit_groups(
                 effect, theta, layer.full_loglik_grad, layer.full_loglik_hvp, layer.prior_logp
             )
     return [fits[i] for i in range(len(effects))]
+
+
+def _nested_in(
+    effect: LocScaleEffect, effects: list[LocScaleEffect], names: dict[str, int]
+) -> list[LocScaleEffect]:
+    """The effects nested in ``effect``: its children, theirs, and so on down."""
+    out = []
+    while effect.children is not None and effect.children in names:
+        effect = effects[names[effect.children]]
+        out.append(effect)
+    return out
 
 
 def _whitened(effects: list[LocScaleEffect], fits: list[GroupFit]) -> list[WhitenedLocScale]:

@@ -69,6 +69,31 @@ def _nested_model(centred: bool, seed: int = 6) -> pm.Model:
     return model
 
 
+#: each region's country and each group's region in ``_three_level_model``
+COUNTRY_OF, REGION_OF = np.array([0, 0, 1, 1]), np.array([0, 1, 1, 2, 3, 3, 3, 0])
+
+
+def _three_level_model(centred: bool, seed: int = 8) -> pm.Model:
+    """Three levels: 8 groups in 4 regions in 2 countries, ``c ~ Normal(mu, tc)``,
+    ``r ~ Normal(c[COUNTRY_OF], tr)``, ``a ~ Normal(r[REGION_OF], tg)`` (centred), or each
+    ``loc + scale * z`` (non-centred, Deterministics); 80 Gaussian rows."""
+    rng = np.random.default_rng(seed)
+    group = rng.integers(len(REGION_OF), size=80)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        tc, tr, tg = (pm.HalfNormal(name, 1.0) for name in ("tc", "tr", "tg"))
+        if centred:
+            c = pm.Normal("c", mu, tc, shape=2)
+            r = pm.Normal("r", c[COUNTRY_OF], tr, shape=4)
+            a = pm.Normal("a", r[REGION_OF], tg, shape=8)
+        else:
+            c = pm.Deterministic("c", mu + tc * pm.Normal("zc", 0.0, 1.0, shape=2))
+            r = pm.Deterministic("r", c[COUNTRY_OF] + tr * pm.Normal("zr", 0.0, 1.0, shape=4))
+            a = pm.Deterministic("a", r[REGION_OF] + tg * pm.Normal("zg", 0.0, 1.0, shape=8))
+        pm.Normal("y", mu=a[group], sigma=1.0, observed=rng.standard_normal(80))
+    return model
+
+
 class _Compiled:
     """A model with its effects and its compiled ``logp`` and ``dlogp`` of raveled theta."""
 
@@ -128,7 +153,27 @@ def nested_centred() -> _Compiled:
     return _Compiled(_nested_model(True))
 
 
-@pytest.fixture(params=["noncentred", "centred", "variants", "nested_noncentred", "nested_centred"])
+@pytest.fixture(scope="module")
+def three_noncentred() -> _Compiled:
+    return _Compiled(_three_level_model(False))
+
+
+@pytest.fixture(scope="module")
+def three_centred() -> _Compiled:
+    return _Compiled(_three_level_model(True))
+
+
+@pytest.fixture(
+    params=[
+        "noncentred",
+        "centred",
+        "variants",
+        "nested_noncentred",
+        "nested_centred",
+        "three_noncentred",
+        "three_centred",
+    ]
+)
 def compiled(request) -> _Compiled:
     return request.getfixturevalue(request.param)
 
@@ -227,6 +272,42 @@ def test_parents_effects_are_read_through_their_groups(nested_noncentred, nested
         assert parent_b.effect_slice == groups.parent.values_slice == slice(3, 6)
         np.testing.assert_array_equal(parent_b.group, PARENT)
         assert groups.children is None
+
+
+def test_detects_three_levels(three_noncentred, three_centred):
+    """Groups in regions in countries: each level is an effect about the one above, read at
+    each entry's parent, and each parents' effect is marked with its children, in both
+    forms; the groups' ``loc`` follows the regions' own ``loc`` up to the countries.
+
+    Mutations: ``isinstance(match[1], LinearLoc)`` -> ``isinstance(match[1], ParentLoc |
+    LinearLoc)`` in ``_Layout.parent`` (the two-level rule): the non-centred groups are
+    found as ``tg * zg`` about 0 with no parent; ``isinstance(match[0], LinearLoc)`` ->
+    ``isinstance(match[0], ParentLoc | LinearLoc)`` in ``_mark_parents``: the centred
+    regions and countries are not found; ``pending.append(found[rv])`` dropped: the centred
+    countries are not found."""
+    for compiled, centred, values in (
+        (three_noncentred, False, ("zc", "zr", "zg")),
+        (three_centred, True, ("c", "r", "a")),
+    ):
+        countries, regions, groups = compiled.effects
+        assert [e.name for e in compiled.effects] == ["c", "r", "a"]
+        assert [e.effect for e in compiled.effects] == list(values)
+        assert all(e.centred is centred for e in compiled.effects)
+        assert [e.children for e in compiled.effects] == ["r", "a", None]
+        assert (countries.loc, countries.parent) == ("mu", None)
+        assert (regions.parent.name, groups.parent.name) == ("c", "r")
+        np.testing.assert_array_equal(countries.group, COUNTRY_OF)
+        np.testing.assert_array_equal(regions.group, REGION_OF)
+        np.testing.assert_array_equal(groups.parent.index, REGION_OF)
+        assert regions.parent.slots() == ({4, 5} if centred else {0, 1, 4, 5})
+    rng = np.random.default_rng(0)
+    theta = three_noncentred.random_theta(rng)  # mu, tc, tr, tg (logs), zc, zr, zg
+    scales = np.exp(theta[1:4])
+    c = theta[0] + scales[0] * theta[4:6]
+    r = c[COUNTRY_OF] + scales[1] * theta[6:10]
+    groups = three_noncentred.effects[2]
+    assert groups.parent.loc_parent.name == "c"
+    np.testing.assert_allclose(groups.parent.value(theta), r[REGION_OF])
 
 
 def test_detects_swapped_inline_and_constant_loc(variants):
@@ -505,6 +586,26 @@ def test_nested_effects_compose(nested_noncentred):
     a = b[PARENT] + np.exp(theta[2]) * theta[6:]
     np.testing.assert_allclose(centred_groups.from_model(theta)[6:], a)  # w = a at c = 1
     _assert_composition(nested_noncentred, both, theta)
+
+
+@pytest.mark.parametrize("form", ["three_noncentred", "three_centred"])
+def test_three_levels_compose(form, request):
+    """Countries, regions and groups at random centrednesses, given in any order: the maps
+    run top level first, so the composition inverts, its log-Jacobian is the numerical
+    log-determinant and its pullback (through the groups' ``loc``, up two levels) the
+    finite-difference gradient.
+
+    Mutation: ``self.loc_parent.add_pullback(x, per_parent, out)`` dropped in
+    ``ParentLoc.add_pullback`` (the non-centred groups' ``loc`` read the countries, whose
+    gradient is then lost); ``_parents_first`` replaced by the given order."""
+    compiled = request.getfixturevalue(form)
+    rng = np.random.default_rng(9)
+    countries, regions, groups = compiled.effects
+    three = LocScaleReparams(
+        [LocScaleReparam(e, rng.uniform(size=e.n_groups)) for e in (groups, countries, regions)]
+    )
+    assert three.parents_first == [1, 2, 0]
+    _assert_composition(compiled, three, compiled.random_theta(rng))
 
 
 def test_density_in_phi_keeps_normalisation(noncentred):
