@@ -29,6 +29,7 @@ from pymc_bigdata.model.correlated_fit import correlated_bulk_point, fit_correla
 from pymc_bigdata.model.correlated_reparam import CorrelatedReparam, choose_correlated_centredness
 from pymc_bigdata.model.group_fit import GroupFit, bulk_point, fit_groups, fit_parent, scale_at
 from pymc_bigdata.model.loc_scale import LocScaleEffect, find_loc_scale_effects
+from pymc_bigdata.model.loc_scale_effect import drop_orphaned_parents
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.model.reparam import LocScaleReparam, LocScaleReparams, choose_centredness
 from pymc_bigdata.model.whitening import ChildrenReading, WhitenedLocScale
@@ -104,20 +105,8 @@ def loc_scale_effects(layer: MinibatchModel) -> list[LocScaleEffect]:
     the rule cannot measure is dropped (centred) or read from its rows (non-centred), and so
     on up the levels."""
     effects = find_loc_scale_effects(layer.model, layer.value_vars)
-    kept = {e.name: e for e in effects if e.indexed_only}
-    orphans = True
-    while orphans:
-        orphans = [e for e in kept.values() if e.children and e.children not in kept]
-        for effect in orphans:
-            if effect.centred:  # read only through groups the rule cannot measure
-                del kept[effect.name]
-            else:  # read from its rows
-                kept[effect.name] = dataclasses.replace(effect, children=None)
-    return [
-        dataclasses.replace(kept[e.name], group=None, group_var=None)
-        for e in effects
-        if e.name in kept
-    ]
+    usable = drop_orphaned_parents(e for e in effects if e.indexed_only)
+    return [dataclasses.replace(e, group=None, group_var=None) for e in usable]
 
 
 def _fit_effects(
