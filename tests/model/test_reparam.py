@@ -174,24 +174,34 @@ def _nested_gaussian(centred: bool) -> pm.Model:
     return model
 
 
-def _exact_parent_scale(scale_a: float) -> float:
-    """The mode in ``log tau_b`` (``mu`` at its best) of ``p(log tau_b)`` times the density
-    of the groups' means, ``ybar ~ Normal(mu, D + tau_b^2 S)`` with
-    ``D = diag(scale_a^2 + 1.5^2 / n_j)`` and ``S_ij = 1`` where groups share a parent."""
-    group, y = _nested_gaussian_data()
-    means = np.bincount(group, weights=y) / NESTED_SIZES
-    shared = (PARENT_OF[:, None] == PARENT_OF[None, :]).astype(float)
-    diagonal = np.diag(scale_a**2 + SIGMA**2 / NESTED_SIZES)
+def _exact_scale_mode(means: np.ndarray, fixed: np.ndarray, shared: np.ndarray) -> float:
+    """The mode in ``log tau`` (``mu`` at its best) of ``p(log tau)`` (``tau ~
+    HalfNormal(1)``) times the density of the groups' means,
+    ``ybar ~ Normal(mu, fixed + tau^2 shared)``."""
 
     def neg(x: np.ndarray) -> float:
         mu, log_tau = x
-        cov = diagonal + np.exp(2 * log_tau) * shared
+        cov = fixed + np.exp(2 * log_tau) * shared
         resid = means - mu
         _, logdet = np.linalg.slogdet(cov)
         loglik = -0.5 * (logdet + resid @ np.linalg.solve(cov, resid))
         return -(loglik - np.exp(2 * log_tau) / 2 + log_tau)
 
     return float(np.exp(minimize(neg, [0.0, 0.0], method="Nelder-Mead", tol=1e-12).x[1]))
+
+
+def _same(index: np.ndarray) -> np.ndarray:
+    """``S_ij = 1`` where entries ``i`` and ``j`` share ``index``."""
+    return (index[:, None] == index[None, :]).astype(float)
+
+
+def _exact_parent_scale(scale_a: float) -> float:
+    """:func:`_exact_scale_mode` of ``tau_b``: ``D = diag(scale_a^2 + 1.5^2 / n_j)`` and
+    ``tau_b^2`` shared by groups of one parent."""
+    group, y = _nested_gaussian_data()
+    means = np.bincount(group, weights=y) / NESTED_SIZES
+    diagonal = np.diag(scale_a**2 + SIGMA**2 / NESTED_SIZES)
+    return _exact_scale_mode(means, diagonal, _same(PARENT_OF))
 
 
 @pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])
@@ -250,27 +260,14 @@ def _three_level(centred: bool) -> pm.Model:
 
 
 def _exact_top_scale(scale_g: float, scale_r: float) -> float:
-    """The mode in ``log tc`` (``mu`` at its best) of ``p(log tc)`` times the density of
-    the groups' means, ``ybar ~ Normal(mu, D + tr^2 S_r + tc^2 S_c)`` with
-    ``D = diag(tg^2 + 1.5^2 / n_j)``, ``S_r`` (``S_c``) 1 where groups share a region (a
-    country), at the groups' and regions' scales ``tg``, ``tr``."""
+    """:func:`_exact_scale_mode` of ``tc``: ``D = diag(tg^2 + 1.5^2 / n_j)`` plus ``tr^2``
+    shared by groups of one region, ``tc^2`` by groups of one country, at the groups' and
+    regions' scales ``tg``, ``tr``."""
     group, y = _three_level_data()
     means = np.bincount(group, weights=y) / THREE_LEVEL_SIZES
-    country = COUNTRY_OF_REGION[REGION_OF_GROUP]
-    fixed = np.diag(scale_g**2 + SIGMA**2 / THREE_LEVEL_SIZES) + scale_r**2 * (
-        REGION_OF_GROUP[:, None] == REGION_OF_GROUP[None, :]
-    )
-    shared = (country[:, None] == country[None, :]).astype(float)
-
-    def neg(x: np.ndarray) -> float:
-        mu, log_tau = x
-        cov = fixed + np.exp(2 * log_tau) * shared
-        resid = means - mu
-        _, logdet = np.linalg.slogdet(cov)
-        loglik = -0.5 * (logdet + resid @ np.linalg.solve(cov, resid))
-        return -(loglik - np.exp(2 * log_tau) / 2 + log_tau)
-
-    return float(np.exp(minimize(neg, [0.0, 0.0], method="Nelder-Mead", tol=1e-12).x[1]))
+    fixed = np.diag(scale_g**2 + SIGMA**2 / THREE_LEVEL_SIZES)
+    fixed = fixed + scale_r**2 * _same(REGION_OF_GROUP)
+    return _exact_scale_mode(means, fixed, _same(COUNTRY_OF_REGION[REGION_OF_GROUP]))
 
 
 @pytest.mark.parametrize("centred", [False, True], ids=["noncentred", "centred"])

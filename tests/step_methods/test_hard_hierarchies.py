@@ -327,12 +327,7 @@ def three_level_noncentred_run():
     error."""
     if not (REFERENCES / "three_level.npz").exists():
         pytest.skip("reference not computed (tests/references/make_hier_references.py)")
-    model = three_level(centred=False)
-    step = pmbd.SGHMC(model=model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pmbd.BiasWarning)
-        idata = sample_two_chains(model, step, seed=2026)
-    return model, step, idata
+    return _sghmc_defaults_run(three_level(centred=False))
 
 
 def test_three_level_hierarchy_with_defaults(three_level_noncentred_run):
@@ -372,7 +367,12 @@ def test_the_countries_scale_keeps_its_left_tail(three_level_noncentred_run):
 @pytest.fixture(scope="module")
 def sparse_regions_centred_run():
     """SGHMC's defaults on the centred ``sparse_regions`` (seed 2026), a BiasWarning an error."""
-    model = sparse_regions(centred=True)
+    return _sghmc_defaults_run(sparse_regions(centred=True))
+
+
+def _sghmc_defaults_run(model: pm.Model) -> tuple:
+    """The model, SGHMC's default step on it and its draws (seed 2026, a BiasWarning an
+    error)."""
     step = pmbd.SGHMC(model=model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pmbd.BiasWarning)
