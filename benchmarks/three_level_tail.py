@@ -1,0 +1,151 @@
+"""The left tail of ``log tc`` in ``tests/hard_models.py::three_level`` (4 countries).
+
+With 4 countries the countries' scale reaches down to 0: its density falls like ``tc``, an
+exponential left tail, as ``sparse_regions``' ``log tau_b`` (``sparse_regions_tail.py``).
+This script reports, from the exact marginal (``tests/references/three_level_scales.py``),
+its moments, tail shares and how far the sd of ``n`` independent exact draws strays; and,
+from SGHMC on the non-centred model (2 chains, ``random_seed=7``), ``log tc``'s sd ratio and
+tail shares with the defaults and with the step or the gradient noise changed: a fixed step
+of 0.1 (the tuned one is about 0.55), full-data gradients (``batch_size`` N), or both.
+
+    .venv/bin/python benchmarks/three_level_tail.py            # about 6 minutes
+    .venv/bin/python benchmarks/three_level_tail.py --no-runs  # the exact part only
+
+Results: ``results/three_level_tail.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pymc as pm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "references"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import three_level_scales as exact  # noqa: E402
+from hard_models import three_level  # noqa: E402
+from sparse_regions_tail import exact_summary, tail_row  # noqa: E402
+
+import pymc_bigdata as pmbd  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+THRESHOLDS = (-1.5, -2.0, -3.0, -4.0)
+N_ROWS = 60_000
+#: (label, draws per chain, SGHMC keywords)
+RUNS = (
+    ("defaults", 3_000, {}),
+    ("step_size=0.1", 2_000, {"step_size": 0.1}),
+    ("batch_size=N", 2_000, {"batch_size": N_ROWS}),
+    ("batch_size=N, step_size=0.1", 2_000, {"batch_size": N_ROWS, "step_size": 0.1}),
+)
+
+
+def sghmc_run(label: str, draws: int, kwargs: dict, ref: dict, seed: int = 7) -> dict:
+    """SGHMC on the non-centred model; ``log tc``'s sd ratio and tail shares."""
+    model = three_level(centred=False)
+    start = time.perf_counter()
+    step = pmbd.SGHMC(model=model, **kwargs)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=step,
+            draws=draws,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
+    stats = idata.sample_stats
+    row = tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref, "tc", THRESHOLDS)
+    return row | {
+        "alarms": alarms,
+        "divergences": int(stats["diverging"].values.sum()),
+        "refined_draws": int((stats["step_refinements"].values > 0).sum()),
+    }
+
+
+def report(summary: dict, runs: list[dict], commit: str) -> str:
+    """The results as markdown."""
+    lines = [
+        f"# `log tc` of `three_level`: the exact tail, and SGHMC (pymc_bigdata at {commit})",
+        "",
+        f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
+        f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
+        "",
+        "| P(log tc < t) | " + " | ".join(f"t = {t}" for t in THRESHOLDS) + " |",
+        "|---|" + "---|" * len(THRESHOLDS),
+        "| exact | " + " | ".join(f"{summary['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |",
+    ]
+    lines += [
+        f"| {r['run']} | " + " | ".join(f"{r['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |"
+        for r in runs
+    ]
+    lines += [
+        "",
+        "sd ratio of n independent exact draws (4,000 repetitions):",
+        "",
+        "| n | 2.5 % | median | 97.5 % | outside [0.9, 1.1] |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {int(size):,} | {q['q2.5']:.3f} | {q['median']:.3f} | {q['q97.5']:.3f} "
+        f"| {q['outside_bars']:.1%} |"
+        for size, q in summary["iid_sd_ratio"].items()
+    ]
+    if runs:
+        lines += [
+            "",
+            "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each "
+            "(div.: divergences; re-run: draws re-run at a finer step):",
+            "",
+            "| run | draws | step | mean error / sd | sd ratio (per chain) | div. | re-run "
+            "| alarms | s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
+            lines.append(
+                f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
+                f"| {r['sd_ratio']:.3f} ({chains}) | {r['divergences']} | {r['refined_draws']} "
+                f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-runs", action="store_true", help="the exact part only")
+    parser.add_argument("--out", default="three_level_tail")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    grid, weights = exact.reference_marginals()["tc_log__"]
+    summary = exact_summary(grid, weights, THRESHOLDS)
+    runs = []
+    if not args.no_runs:
+        for label, draws, kwargs in RUNS:
+            runs.append(sghmc_run(label, draws, kwargs, summary))
+            print(runs[-1], flush=True)
+    text = report(summary, runs, commit)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.md").write_text(text)
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps({"commit": commit, "exact": summary, "runs": runs}, indent=1)
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
