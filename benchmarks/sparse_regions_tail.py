@@ -227,6 +227,57 @@ def tail_row(
     }
 
 
+def share_lines(
+    summary: dict, runs: list[dict], scale: str, thresholds: tuple[float, ...] = THRESHOLDS
+) -> list[str]:
+    """The exact and the runs' shares of ``log scale`` below each threshold, as a table."""
+    lines = [
+        f"| P(log {scale} < t) | " + " | ".join(f"t = {t}" for t in thresholds) + " |",
+        "|---|" + "---|" * len(thresholds),
+        "| exact | " + " | ".join(f"{summary['below'][str(t)]:.4f}" for t in thresholds) + " |",
+    ]
+    return lines + [
+        f"| {r['run']} | " + " | ".join(f"{r['below'][str(t)]:.4f}" for t in thresholds) + " |"
+        for r in runs
+    ]
+
+
+def iid_lines(summary: dict) -> list[str]:
+    """The sd ratios of independent exact draws, as a table."""
+    lines = [
+        "sd ratio of n independent exact draws (4,000 repetitions):",
+        "",
+        "| n | 2.5 % | median | 97.5 % | outside [0.9, 1.1] |",
+        "|---|---|---|---|---|",
+    ]
+    return lines + [
+        f"| {int(size):,} | {q['q2.5']:.3f} | {q['median']:.3f} | {q['q97.5']:.3f} "
+        f"| {q['outside_bars']:.1%} |"
+        for size, q in summary["iid_sd_ratio"].items()
+    ]
+
+
+def run_lines(runs: list[dict], caption: str) -> list[str]:
+    """Each run's step, errors, sd ratios, share below -3, divergences, re-runs, alarms and
+    time, as a table under ``caption``."""
+    lines = [
+        f"{caption} (div.: divergences; re-run: draws re-run at a finer step):",
+        "",
+        "| run | draws | step | mean error / sd | sd ratio (per chain) | below -3 | div. "
+        "| re-run | alarms | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
+        lines.append(
+            f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
+            f"| {r['sd_ratio']:.3f} ({chains}) | {r['below']['-3.0']:.4f} "
+            f"| {r.get('divergences', '')} | {r.get('refined_draws', '')} "
+            f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
+        )
+    return lines
+
+
 def report(summary: dict, runs: list[dict], commit: str) -> str:
     """The results as markdown."""
     lines = [
@@ -235,45 +286,16 @@ def report(summary: dict, runs: list[dict], commit: str) -> str:
         f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
         f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
         "",
-        "| P(log tau_b < t) | " + " | ".join(f"t = {t}" for t in THRESHOLDS) + " |",
-        "|---|" + "---|" * len(THRESHOLDS),
-        "| exact | " + " | ".join(f"{summary['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |",
-    ]
-    for r in runs:
-        lines.append(
-            f"| {r['run']} | " + " | ".join(f"{r['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |"
-        )
-    lines += [
+        *share_lines(summary, runs, "tau_b"),
         "",
-        "sd ratio of n independent exact draws (4,000 repetitions):",
-        "",
-        "| n | 2.5 % | median | 97.5 % | outside [0.9, 1.1] |",
-        "|---|---|---|---|---|",
+        *iid_lines(summary),
     ]
-    for size, q in summary["iid_sd_ratio"].items():
-        lines.append(
-            f"| {int(size):,} | {q['q2.5']:.3f} | {q['median']:.3f} | {q['q97.5']:.3f} "
-            f"| {q['outside_bars']:.1%} |"
-        )
     if runs:
-        lines += [
-            "",
+        caption = (
             "2 chains, 1,000 tuning draws each; the non-centred model at random_seed=7 unless "
-            "the run names its form and seed (div.: divergences; re-run: draws re-run at a "
-            "finer step):",
-            "",
-            "| run | draws | step | mean error / sd | sd ratio (per chain) | below -3 | div. "
-            "| re-run | alarms | s |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in runs:
-            chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
-            lines.append(
-                f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
-                f"| {r['sd_ratio']:.3f} ({chains}) | {r['below']['-3.0']:.4f} "
-                f"| {r.get('divergences', '')} | {r.get('refined_draws', '')} "
-                f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
-            )
+            "the run names its form and seed"
+        )
+        lines += ["", *run_lines(runs, caption)]
     return "\n".join(lines) + "\n"
 
 

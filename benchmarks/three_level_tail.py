@@ -6,7 +6,7 @@ This script reports, from the exact marginal (``tests/references/three_level_sca
 its moments, tail shares and how far the sd of ``n`` independent exact draws strays; and,
 from SGHMC on the non-centred model (2 chains, ``random_seed=7``), ``log tc``'s sd ratio and
 tail shares with the defaults and with the step or the gradient noise changed: a fixed step
-of 0.1 (the tuned one is about 0.55), full-data gradients (``batch_size`` N), or both.
+of 0.1 (the two chains tune 0.22 and 0.60), full-data gradients (``batch_size`` N), or both.
 
     .venv/bin/python benchmarks/three_level_tail.py            # about 6 minutes
     .venv/bin/python benchmarks/three_level_tail.py --no-runs  # the exact part only
@@ -33,7 +33,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import three_level_scales as exact  # noqa: E402
 from hard_models import three_level  # noqa: E402
-from sparse_regions_tail import exact_summary, tail_row  # noqa: E402
+from sparse_regions_tail import (  # noqa: E402
+    exact_summary,
+    iid_lines,
+    run_lines,
+    share_lines,
+    tail_row,
+)
 
 import pymc_bigdata as pmbd  # noqa: E402
 
@@ -83,43 +89,13 @@ def report(summary: dict, runs: list[dict], commit: str) -> str:
         f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
         f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
         "",
-        "| P(log tc < t) | " + " | ".join(f"t = {t}" for t in THRESHOLDS) + " |",
-        "|---|" + "---|" * len(THRESHOLDS),
-        "| exact | " + " | ".join(f"{summary['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |",
-    ]
-    lines += [
-        f"| {r['run']} | " + " | ".join(f"{r['below'][str(t)]:.4f}" for t in THRESHOLDS) + " |"
-        for r in runs
-    ]
-    lines += [
+        *share_lines(summary, runs, "tc", THRESHOLDS),
         "",
-        "sd ratio of n independent exact draws (4,000 repetitions):",
-        "",
-        "| n | 2.5 % | median | 97.5 % | outside [0.9, 1.1] |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {int(size):,} | {q['q2.5']:.3f} | {q['median']:.3f} | {q['q97.5']:.3f} "
-        f"| {q['outside_bars']:.1%} |"
-        for size, q in summary["iid_sd_ratio"].items()
+        *iid_lines(summary),
     ]
     if runs:
-        lines += [
-            "",
-            "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each "
-            "(div.: divergences; re-run: draws re-run at a finer step):",
-            "",
-            "| run | draws | step | mean error / sd | sd ratio (per chain) | div. | re-run "
-            "| alarms | s |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in runs:
-            chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
-            lines.append(
-                f"| {r['run']} | {r['draws']:,} | {r['step_size']:.3g} | {r['err_sd']:.3f} "
-                f"| {r['sd_ratio']:.3f} ({chains}) | {r['divergences']} | {r['refined_draws']} "
-                f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
-            )
+        caption = "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each"
+        lines += ["", *run_lines(runs, caption)]
     return "\n".join(lines) + "\n"
 
 
