@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -121,14 +122,17 @@ def long_run(
     centred: bool = False,
     seed: int = 7,
     sampler: type = pmbd.SGHMC,
+    build: Callable[..., pm.Model] = sparse_regions,
+    scale: str = "tau_b",
+    thresholds: tuple[float, ...] = THRESHOLDS,
 ) -> dict:
-    """One run of ``sampler`` (by default SGHMC on the non-centred model); ``log tau_b``'s sd
-    ratio and tail shares."""
+    """One run of ``sampler`` (by default SGHMC on the non-centred model that ``build``
+    makes, ``sparse_regions``); ``log scale``'s sd ratio and tail shares."""
     default = coordinates.PARENT_SCALE_SDS
     if parent_scale_sds is not None:
         coordinates.PARENT_SCALE_SDS = parent_scale_sds
     try:
-        model = sparse_regions(centred=centred)
+        model = build(centred=centred)
         start = time.perf_counter()
         step = sampler(model=model, **kwargs)
     finally:
@@ -146,7 +150,8 @@ def long_run(
         )
     alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
     stats = idata.sample_stats
-    return tail_row(f"{sampler.__name__}, {label}", idata, time.perf_counter() - start, ref) | {
+    seconds = time.perf_counter() - start
+    return tail_row(f"{sampler.__name__}, {label}", idata, seconds, ref, scale, thresholds) | {
         "alarms": alarms,
         "divergences": int(stats["diverging"].values.sum()),
         "refined_draws": int((stats["step_refinements"].values > 0).sum())

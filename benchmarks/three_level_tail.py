@@ -20,11 +20,7 @@ import argparse
 import json
 import subprocess
 import sys
-import time
-import warnings
 from pathlib import Path
-
-import pymc as pm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -36,12 +32,10 @@ from hard_models import three_level  # noqa: E402
 from sparse_regions_tail import (  # noqa: E402
     exact_summary,
     iid_lines,
+    long_run,
     run_lines,
     share_lines,
-    tail_row,
 )
-
-import pymc_bigdata as pmbd  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 THRESHOLDS = (-1.5, -2.0, -3.0, -4.0)
@@ -53,32 +47,6 @@ RUNS = (
     ("batch_size=N", 2_000, {"batch_size": N_ROWS}),
     ("batch_size=N, step_size=0.1", 2_000, {"batch_size": N_ROWS, "step_size": 0.1}),
 )
-
-
-def sghmc_run(label: str, draws: int, kwargs: dict, ref: dict, seed: int = 7) -> dict:
-    """SGHMC on the non-centred model; ``log tc``'s sd ratio and tail shares."""
-    model = three_level(centred=False)
-    start = time.perf_counter()
-    step = pmbd.SGHMC(model=model, **kwargs)
-    with model, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        idata = pm.sample(
-            step=step,
-            draws=draws,
-            chains=2,
-            cores=1,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
-    stats = idata.sample_stats
-    row = tail_row(f"SGHMC, {label}", idata, time.perf_counter() - start, ref, "tc", THRESHOLDS)
-    return row | {
-        "alarms": alarms,
-        "divergences": int(stats["diverging"].values.sum()),
-        "refined_draws": int((stats["step_refinements"].values > 0).sum()),
-    }
 
 
 def report(summary: dict, runs: list[dict], commit: str) -> str:
@@ -112,7 +80,18 @@ def main(argv=None) -> None:
     runs = []
     if not args.no_runs:
         for label, draws, kwargs in RUNS:
-            runs.append(sghmc_run(label, draws, kwargs, summary))
+            runs.append(
+                long_run(
+                    label,
+                    draws,
+                    kwargs,
+                    None,
+                    summary,
+                    build=three_level,
+                    scale="tc",
+                    thresholds=THRESHOLDS,
+                )  # fmt: skip
+            )
             print(runs[-1], flush=True)
     text = report(summary, runs, commit)
     RESULTS.mkdir(exist_ok=True)
