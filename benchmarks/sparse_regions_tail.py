@@ -283,25 +283,41 @@ def run_lines(runs: list[dict], caption: str) -> list[str]:
     return lines
 
 
-def report(summary: dict, runs: list[dict], commit: str) -> str:
-    """The results as markdown."""
+def tail_report(
+    title: str,
+    summary: dict,
+    runs: list[dict],
+    scale: str,
+    caption: str,
+    thresholds: tuple[float, ...] = THRESHOLDS,
+) -> str:
+    """A tail benchmark's results as markdown: the exact marginal's moments, the tail shares,
+    the sd ratios of independent exact draws and the runs (under ``caption``)."""
     lines = [
-        f"# `log tau_b` of `sparse_regions`: the exact tail, and runs (pymc_bigdata at {commit})",
+        title,
         "",
         f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
         f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
         "",
-        *share_lines(summary, runs, "tau_b"),
+        *share_lines(summary, runs, scale, thresholds),
         "",
         *iid_lines(summary),
     ]
     if runs:
-        caption = (
-            "2 chains, 1,000 tuning draws each; the non-centred model at random_seed=7 unless "
-            "the run names its form and seed"
-        )
         lines += ["", *run_lines(runs, caption)]
     return "\n".join(lines) + "\n"
+
+
+def report(summary: dict, runs: list[dict], commit: str) -> str:
+    """The results as markdown."""
+    title = (
+        f"# `log tau_b` of `sparse_regions`: the exact tail, and runs (pymc_bigdata at {commit})"
+    )
+    caption = (
+        "2 chains, 1,000 tuning draws each; the non-centred model at random_seed=7 unless "
+        "the run names its form and seed"
+    )
+    return tail_report(title, summary, runs, "tau_b", caption)
 
 
 def main(argv=None) -> None:

@@ -29,13 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import three_level_scales as exact  # noqa: E402
 from hard_models import three_level  # noqa: E402
-from sparse_regions_tail import (  # noqa: E402
-    exact_summary,
-    iid_lines,
-    long_run,
-    run_lines,
-    share_lines,
-)
+from sparse_regions_tail import exact_summary, long_run, tail_report  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 THRESHOLDS = (-1.5, -2.0, -3.0, -4.0)
@@ -51,20 +45,9 @@ RUNS = (
 
 def report(summary: dict, runs: list[dict], commit: str) -> str:
     """The results as markdown."""
-    lines = [
-        f"# `log tc` of `three_level`: the exact tail, and SGHMC (pymc_bigdata at {commit})",
-        "",
-        f"Exact marginal: mean {summary['mean']:.4f}, sd {summary['sd']:.4f}, skewness "
-        f"{summary['skewness']:.2f}, kurtosis {summary['kurtosis']:.1f}.",
-        "",
-        *share_lines(summary, runs, "tc", THRESHOLDS),
-        "",
-        *iid_lines(summary),
-    ]
-    if runs:
-        caption = "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each"
-        lines += ["", *run_lines(runs, caption)]
-    return "\n".join(lines) + "\n"
+    title = f"# `log tc` of `three_level`: the exact tail, and SGHMC (pymc_bigdata at {commit})"
+    caption = "SGHMC on the non-centred model, 2 chains, random_seed=7, 1,000 tuning draws each"
+    return tail_report(title, summary, runs, "tc", caption, THRESHOLDS)
 
 
 def main(argv=None) -> None:
