@@ -125,9 +125,11 @@ def long_run(
     build: Callable[..., pm.Model] = sparse_regions,
     scale: str = "tau_b",
     thresholds: tuple[float, ...] = THRESHOLDS,
+    inspect: Callable[[object], None] | None = None,
 ) -> dict:
     """One run of ``sampler`` (by default SGHMC on the non-centred model that ``build``
-    makes, ``sparse_regions``); ``log scale``'s sd ratio and tail shares."""
+    makes, ``sparse_regions``); ``log scale``'s sd ratio and tail shares. ``inspect``, if
+    given, is called with the run's draws."""
     default = coordinates.PARENT_SCALE_SDS
     if parent_scale_sds is not None:
         coordinates.PARENT_SCALE_SDS = parent_scale_sds
@@ -149,6 +151,8 @@ def long_run(
             compute_convergence_checks=False,
         )
     alarms = [str(w.message)[:120] for w in caught if issubclass(w.category, pmbd.BiasWarning)]
+    if inspect is not None:
+        inspect(idata)
     stats = idata.sample_stats
     seconds = time.perf_counter() - start
     return tail_row(f"{sampler.__name__}, {label}", idata, seconds, ref, scale, thresholds) | {

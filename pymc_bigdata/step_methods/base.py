@@ -46,8 +46,10 @@ from pymc_bigdata.step_methods.gradient_oracle import (
     MinibatchEstimator,
 )
 from pymc_bigdata.step_methods.held import Configuration, HeldConfigurations
+from pymc_bigdata.step_methods.local_batch import LocalBatch, check_local_batch
 from pymc_bigdata.step_methods.low_rank import low_rank_corrected
 from pymc_bigdata.step_methods.minibatches import MEASURE_ROWS, Minibatches
+from pymc_bigdata.step_methods.noise import measured_variance
 from pymc_bigdata.step_methods.preconditioner import Preconditioner
 from pymc_bigdata.step_methods.progress import ProgressColumns
 from pymc_bigdata.step_methods.settings import (
@@ -118,6 +120,11 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         permutations (``reshuffle=True``, the default) or draw independent minibatches, as
         windows of a shuffled copy where the rows allow (``window_gathers=True``, default;
         :mod:`pymc_bigdata.row_windows`; ``False``: uniform rows, the papers' index law).
+    local_batch
+        After tuning, measure the gradient noise on every draw and let the next draw read
+        enough rows to keep the noise share measured there within ``noise_bound``, from the
+        tuned batch size up to every row (:mod:`.local_batch`; default False). For samplers
+        that call the gradient oracle (SGHMC, SGLD, EWSG).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     reparameterize
@@ -180,7 +187,14 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         mode=None,
         reparameterize: bool | str = "auto",
         low_rank: int | str = "auto",
+        local_batch: bool = False,
     ):
+        local_batch = check_local_batch(local_batch)
+        if local_batch and not self.reads_oracle:
+            raise ValueError(
+                f"local_batch sizes the minibatches of a gradient oracle; {type(self).__name__} "
+                "evaluates its own estimates. Use SGHMC, SGLD or EWSG, or raise batch_size."
+            )
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         settings = check_shared_settings(
             self.layer,
@@ -219,6 +233,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         draws = {"replace": self.replace, "reshuffle": self.reshuffle, "windows": window_gathers}
         self.minibatches = Minibatches(self.layer, batch, census, self.rng, **draws)
         self.minibatches.measure_at_least(self.measure_rows)
+        self._local_batch = self._make_local_batch() if local_batch else None
+        if local_batch:
+            self.measure_every = 1  # every draw measures where it ends
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
         self._initial = (self.precond, self.anchor, self.cv_order, self.step_size, self.inner_steps)
         self._initial_laplace = self.laplace
@@ -316,6 +333,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         tune, fixed = self._chain_tune if self.adapt else 0, (self._fixed_step, self._fixed_inner)
         chain = new_chain_state(self, tune=tune, draws=self._chain_draws, fixed=fixed)
         self._noise, self._divergence, self._report, self._step_policy, self._adaptation = chain
+        if self._local_batch is not None:
+            self._local_batch.restart()
         self._reset_kernel_state()
 
     def _reset_kernel_state(self) -> None:
@@ -348,6 +367,16 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _pool_size(self) -> int:
         """Rows subsampled (all but the census)."""
         return self.minibatches.pool_size
+
+    def _make_local_batch(self) -> LocalBatch:
+        """The ``local_batch`` collaborator on this step's noise model and rows."""
+        return LocalBatch(
+            shares=lambda noise_var: self.noise_share(self.step_size, noise_var),
+            batch_factor=self.minibatches.batch_factor,
+            noise_bound=self.noise_bound,
+            pool_size=self.minibatches.pool_size,
+            replace=self.replace,
+        )
 
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -392,6 +421,11 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
                 z = self.precond.z(theta)  # the coordinates may have changed
         self._last_theta, self._last_z = theta, z
         self._last_output = output
+        if self._local_batch is not None and not self.tune:
+            noise = None if diverging else measured_variance(record.noise, self.cv_order)
+            batch = self._local_batch.next_batch(self.batch_size, noise)
+            if batch != self.batch_size:
+                self.minibatches.resize(batch)
         if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:
             stats["warning"] = self._report.end_of_chain() or stats["warning"]  # draws=1
         return RaveledVars(output, q0.point_map_info), [stats]

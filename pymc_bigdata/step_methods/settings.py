@@ -93,6 +93,7 @@ EXTENSIONS_OFF: dict[str, Any] = {
     "reparameterize": False,
     "low_rank": 0,
     "adapt": False,
+    "local_batch": False,
 }
 
 

@@ -1,0 +1,124 @@
+"""``local_batch=True`` against the defaults on ``log tc``'s left tail in ``three_level``.
+
+SGHMC on the non-centred ``tests/hard_models.py::three_level`` (60,000 rows, 4 countries),
+2 chains of 2,000 draws after 1,000 tuning draws, at six seeds, with the defaults and with
+``local_batch=True`` (:mod:`pymc_bigdata.step_methods.local_batch`): ``log tc``'s sd ratio
+and tail shares against the exact marginal (``tests/references/three_level_scales.py``),
+and the rows each draw's minibatches read, relative to the tuned batch size.
+
+    .venv/bin/python benchmarks/local_batch.py     # about 8 minutes on 2 cores
+
+Results: ``results/local_batch.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "references"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import three_level_scales as exact  # noqa: E402
+from hard_models import three_level  # noqa: E402
+from sparse_regions_tail import exact_summary, long_run  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+THRESHOLDS = (-2.0, -3.0)
+SEEDS = (1, 2, 3, 4, 7, 2026)
+DRAWS = 2_000
+SETTINGS = (("defaults", {}), ("local_batch=True", {"local_batch": True}))
+
+
+def run_row(label: str, kwargs: dict, seed: int, summary: dict) -> dict:
+    """One run's tail row, with its batch sizes relative to the chains' tuned ones."""
+    captured = {}
+
+    def keep(idata) -> None:
+        captured["batch"] = idata.sample_stats["batch_size"].values
+
+    row = long_run(
+        label, DRAWS, kwargs, None, summary, seed=seed, build=three_level, scale="tc",
+        thresholds=THRESHOLDS, inspect=keep,
+    )  # fmt: skip
+    batch = captured["batch"]
+    tuned = np.array([np.min(chain) for chain in batch])  # the base: never gone below
+    row |= {
+        "seed": seed,
+        "tuned_batch": [int(b) for b in tuned],
+        "rows_per_draw_ratio": float(np.mean(batch / tuned[:, None])),
+        "share_grown": float(np.mean(batch > tuned[:, None])),
+    }
+    return row
+
+
+def report(summary: dict, rows: list[dict], commit: str) -> str:
+    """The results as markdown."""
+    below = {t: summary["below"][str(t)] for t in THRESHOLDS}
+    lines = [
+        f"# `local_batch` on `log tc` of `three_level` (pymc_bigdata at {commit})",
+        "",
+        f"SGHMC on the non-centred model, 2 chains x {DRAWS:,} draws after 1,000 tuning "
+        f"draws. Exact: sd {summary['sd']:.4f}, P(log tc < -2) {below[-2.0]:.4f}, "
+        f"P(log tc < -3) {below[-3.0]:.4f}. Rows per draw: the draws' batch size over the "
+        "chain's tuned one (the smallest it read), averaged.",
+        "",
+        "| setting | seed | sd ratio (per chain) | below -2 | below -3 | tuned batch "
+        "| rows per draw | draws grown | alarms | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        chains = ", ".join(f"{c:.3f}" for c in r["chain_sd_ratios"])
+        lines.append(
+            f"| {r['run']} | {r['seed']} | {r['sd_ratio']:.3f} ({chains}) "
+            f"| {r['below']['-2.0']:.4f} | {r['below']['-3.0']:.4f} "
+            f"| {', '.join(f'{b:,}' for b in r['tuned_batch'])} "
+            f"| {r['rows_per_draw_ratio']:.2f} | {r['share_grown']:.2f} "
+            f"| {len(r['alarms'])} | {r['seconds']:.0f} |"
+        )
+    lines += ["", "| setting | mean sd ratio | runs in [0.9, 1.1] | mean below -3 | mean s |"]
+    lines.append("|---|---|---|---|---|")
+    for label, _ in SETTINGS:
+        mine = [r for r in rows if r["run"].endswith(label)]
+        ratios = np.array([r["sd_ratio"] for r in mine])
+        lines.append(
+            f"| {label} | {ratios.mean():.3f} | {np.sum((ratios >= 0.9) & (ratios <= 1.1))} "
+            f"of {len(mine)} | {np.mean([r['below']['-3.0'] for r in mine]):.4f} "
+            f"| {np.mean([r['seconds'] for r in mine]):.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=list(SEEDS))
+    parser.add_argument("--out", default="local_batch")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    grid, weights = exact.reference_marginals()["tc_log__"]
+    summary = exact_summary(grid, weights, THRESHOLDS)
+    rows = []
+    for seed in args.seeds:
+        for label, kwargs in SETTINGS:
+            rows.append(run_row(label, kwargs, seed, summary))
+            print({k: rows[-1][k] for k in ("run", "seed", "sd_ratio", "seconds")}, flush=True)
+    text = report(summary, rows, commit)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.md").write_text(text)
+    (RESULTS / f"{args.out}.json").write_text(
+        json.dumps({"commit": commit, "exact": summary, "runs": rows}, indent=1)
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Per-draw batch sizes from the gradient noise measured where the chain is (``local_batch``).
+
+Tuning chooses the step size from the gradient noise averaged over the tuning draws. That
+average can hide a part of the posterior where the noise is far larger: on the non-centred
+three-level model (``benchmarks/local_noise.py``) the second-order control variates' noise
+share, measured draw by draw, is about 100 times larger where the countries' scale is in its
+left tail (``log tc < -2``) than in the bulk, so the gradient noise heats the chain there and
+the tail comes out short. With ``local_batch=True`` every draw after tuning measures its noise
+on its last transition (two half minibatches, as tuning does), and the next draw reads enough
+rows to bring the worst coordinate's share of that measurement back within ``noise_bound``
+(at least the tuned batch size, at most every row). The batch size is a function of the
+chain's past, so the draws stay reproducible for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["LocalBatch", "check_local_batch", "local_batch_size"]
+
+
+def check_local_batch(local_batch: object) -> bool:
+    """``local_batch``: True or False (numpy's booleans too)."""
+    if not isinstance(local_batch, bool | np.bool_):
+        raise ValueError(f"local_batch must be True or False, got {local_batch!r}.")
+    return bool(local_batch)
+
+
+def local_batch_size(
+    worst_share: float, noise_bound: float, base_batch: int, pool_size: int, replace: bool
+) -> int:
+    """The smallest batch size, from ``base_batch`` up to ``pool_size``, at which a noise
+    whose worst share is ``worst_share`` at ``base_batch`` rows feeds at most
+    ``noise_bound``: the estimate's variance falls as ``1/n`` (with replacement) or
+    ``1/n - 1/N`` (without), and the share is taken as proportional to it."""
+    if not worst_share > noise_bound:  # NaN too: no reading, no change
+        return base_batch
+    ratio = noise_bound / worst_share
+    if replace:
+        return min(pool_size, math.ceil(base_batch / ratio))
+    target = (1.0 / base_batch - 1.0 / pool_size) * ratio
+    return min(pool_size, math.ceil(1.0 / (target + 1.0 / pool_size) - 1e-9))
+
+
+class LocalBatch:
+    """The batch size of a chain's next draw from the noise its last draw measured.
+
+    Parameters
+    ----------
+    shares
+        ``shares(noise_var)``: each coordinate's share of the stationary variance fed by a
+        gradient noise of variance ``noise_var`` at the step's step size now.
+    batch_factor
+        ``batch_factor(n)``: the variance factor of an ``n``-row estimate (``1/n`` or
+        ``1/n - 1/N``).
+    noise_bound, pool_size, replace
+        The step's bound on the share, rows subsampled, and whether rows are drawn with
+        replacement.
+    """
+
+    def __init__(
+        self,
+        shares: Callable[[np.ndarray], np.ndarray],
+        batch_factor: Callable[[float], float],
+        noise_bound: float,
+        pool_size: int,
+        replace: bool,
+    ):
+        self.shares, self.batch_factor = shares, batch_factor
+        self.noise_bound, self.pool_size, self.replace = noise_bound, pool_size, replace
+        self.restart()
+
+    def restart(self) -> None:
+        """A new chain: the tuned batch size is read at its first draw after tuning."""
+        self.base_batch: int | None = None
+
+    def next_batch(self, batch_size: int, unit_noise: np.ndarray | None) -> int:
+        """The next draw's batch size, given this draw's (``batch_size`` rows, the first
+        draw after tuning fixes the base) and its measured per-unit noise ``N^2 s^2`` per
+        coordinate (None: no reading, the base batch)."""
+        if self.base_batch is None:
+            self.base_batch = batch_size
+        base = self.base_batch
+        if unit_noise is None or not np.all(np.isfinite(unit_noise)):
+            return base
+        worst = float(np.max(self.shares(unit_noise * self.batch_factor(base))))
+        return local_batch_size(worst, self.noise_bound, base, self.pool_size, self.replace)
