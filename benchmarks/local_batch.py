@@ -35,6 +35,8 @@ THRESHOLDS = (-2.0, -3.0)
 SEEDS = (1, 2, 3, 4, 7, 2026)
 DRAWS = 2_000
 SETTINGS = (("defaults", {}), ("local_batch=True", {"local_batch": True}))
+#: bins of log tc in which the draws' own noise readings are summarised
+BINS = ((-np.inf, -2.0), (-2.0, -1.0), (-1.0, 0.0), (0.0, np.inf))
 
 
 def run_row(label: str, kwargs: dict, seed: int, summary: dict) -> dict:
@@ -43,6 +45,8 @@ def run_row(label: str, kwargs: dict, seed: int, summary: dict) -> dict:
 
     def keep(idata) -> None:
         captured["batch"] = idata.sample_stats["batch_size"].values
+        captured["local"] = idata.sample_stats["local_noise_share"].values.ravel()
+        captured["log_tc"] = np.log(idata.posterior["tc"].values).ravel()
 
     row = long_run(
         label, DRAWS, kwargs, None, summary, seed=seed, build=three_level, scale="tc",
@@ -55,8 +59,53 @@ def run_row(label: str, kwargs: dict, seed: int, summary: dict) -> dict:
         "tuned_batch": [int(b) for b in tuned],
         "rows_per_draw_ratio": float(np.mean(batch / tuned[:, None])),
         "share_grown": float(np.mean(batch > tuned[:, None])),
+        "local_noise_share": local_shares(captured["log_tc"], captured["local"], batch.ravel()),
     }
     return row
+
+
+def local_shares(log_tc: np.ndarray, local: np.ndarray, batch: np.ndarray) -> list[dict]:
+    """Per bin of ``log tc``: the measuring draws' count, the median and 90th percentile of
+    their ``local_noise_share`` stat, and the draws' median batch size."""
+    out = []
+    for lo, hi in BINS:
+        inside = (log_tc >= lo) & (log_tc < hi)
+        measured = inside & np.isfinite(local)
+        shares = local[measured]
+        out.append(
+            {
+                "bin": [lo, hi],
+                "measured": int(measured.sum()),
+                "median": float(np.median(shares)) if shares.size else float("nan"),
+                "q90": float(np.quantile(shares, 0.9)) if shares.size else float("nan"),
+                "batch_median": float(np.median(batch[inside])) if inside.any() else float("nan"),
+            }
+        )
+    return out
+
+
+def bin_lines(rows: list[dict]) -> list[str]:
+    """The draws' own noise shares by bin of ``log tc``, every seed's run of a setting
+    pooled (medians of the runs' medians)."""
+    lines = [
+        "`local_noise_share` (each measuring draw's own noise share, at the batch it read) by "
+        "`log tc`, pooled over the seeds (median over the runs of each run's median and 90th "
+        "percentile; the defaults measure one draw in 10):",
+        "",
+        "| setting | log tc in | measured draws | median share | 90th percentile | batch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, _ in SETTINGS:
+        mine = [r for r in rows if r["run"].endswith(label)]
+        for k, (lo, hi) in enumerate(BINS):
+            cells = [r["local_noise_share"][k] for r in mine]
+            lines.append(
+                f"| {label} | [{lo:g}, {hi:g}) | {sum(c['measured'] for c in cells)} "
+                f"| {np.nanmedian([c['median'] for c in cells]):.4f} "
+                f"| {np.nanmedian([c['q90'] for c in cells]):.4f} "
+                f"| {np.nanmedian([c['batch_median'] for c in cells]):,.0f} |"
+            )
+    return lines
 
 
 def report(summary: dict, rows: list[dict], commit: str) -> str:
@@ -93,6 +142,7 @@ def report(summary: dict, rows: list[dict], commit: str) -> str:
             f"of {len(mine)} | {np.mean([r['below']['-3.0'] for r in mine]):.4f} "
             f"| {np.mean([r['seconds'] for r in mine]):.0f} |"
         )
+    lines += ["", *bin_lines(rows)]
     return "\n".join(lines) + "\n"
 
 

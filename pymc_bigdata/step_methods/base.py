@@ -362,7 +362,11 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _noise_variance(self, order: int) -> np.ndarray:
         """Variance of the current batch's gradient estimate per coordinate (z units):
         ``N^2 s^2 (1/n - 1/N)`` without replacement, ``N^2 s^2 / n`` with."""
-        return self._noise.variance(order) * self.minibatches.batch_factor(self.batch_size)
+        return self._noise.variance(order) * self._batch_factor()
+
+    def _batch_factor(self) -> float:
+        """The variance factor of the current batch's estimate (``1/n`` or ``1/n - 1/N``)."""
+        return self.minibatches.batch_factor(self.batch_size)
 
     def _pool_size(self) -> int:
         """Rows subsampled (all but the census)."""
@@ -407,7 +411,9 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         theta = self.precond.theta(z)
         output = self.layer.to_model(theta)  # the model's coordinates
         noise_var = self._noise_variance(self.cv_order)
-        stats = common_stats(self, draw, rows_read, noise_var, self._step_policy)
+        measured = None if diverging else measured_variance(record.noise, self.cv_order)
+        local_var = None if measured is None else measured * self._batch_factor()
+        stats = common_stats(self, draw, rows_read, noise_var, self._step_policy, local_var)
         stats.update(self._extra_stats())
         if self.tune:  # the policy watches tuning's draws, the chain's report the others
             self._step_policy.observe(stats)
@@ -422,8 +428,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self._last_theta, self._last_z = theta, z
         self._last_output = output
         if self._local_batch is not None and not self.tune:
-            noise = None if diverging else measured_variance(record.noise, self.cv_order)
-            batch = self._local_batch.next_batch(self.batch_size, noise)
+            batch = self._local_batch.next_batch(self.batch_size, measured)
             if batch != self.batch_size:
                 self.minibatches.resize(batch)
         if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:

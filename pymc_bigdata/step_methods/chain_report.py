@@ -33,6 +33,7 @@ COMMON_STATS: dict[str, tuple[Any, list | None]] = {
     "data_fraction": (np.float64, []),
     "grad_noise_sd": (np.float64, []),
     "noise_share": (np.float64, []),
+    "local_noise_share": (np.float64, []),
     "virial": (np.float64, []),
     "cv_order": (np.int64, []),
     "diverging": (bool, []),
@@ -43,14 +44,22 @@ COMMON_STATS: dict[str, tuple[Any, list | None]] = {
 
 
 def common_stats(
-    step: Any, draw: JudgedDraw, rows_read: int, noise_var: np.ndarray, policy: Any
+    step: Any,
+    draw: JudgedDraw,
+    rows_read: int,
+    noise_var: np.ndarray,
+    policy: Any,
+    local_var: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """A draw's :data:`COMMON_STATS` from the step's settings now (``step_size``,
     ``batch_size``, ``cv_order``, ``tune``, ``layer.n_rows``), the judged draw (its
     log-density estimate, virial and divergence), the rows it read, and the gradient noise
     now (variance per coordinate, z units) with the share of the stationary variance it
-    feeds at the step size (the step-size ``policy``'s ``share``; NaN before a measurement)."""
+    feeds at the step size (the step-size ``policy``'s ``share``; NaN before a measurement):
+    ``noise_share`` from the chain's running mean, ``local_noise_share`` from the draw's
+    own measurement ``local_var``, where the draw ended (NaN where it measured none)."""
     noise_share = policy.share(step.step_size, noise_var) if noise_var.size else math.nan
+    local = math.nan if local_var is None else policy.share(step.step_size, local_var)
     return {
         "step_size": step.step_size,
         "lp_est": draw.log_density,
@@ -59,6 +68,7 @@ def common_stats(
         "data_fraction": rows_read / step.layer.n_rows,
         "grad_noise_sd": float(np.sqrt(noise_var.mean())) if noise_var.size else math.nan,
         "noise_share": noise_share,
+        "local_noise_share": local,
         "virial": draw.virial,
         "cv_order": step.cv_order,
         "diverging": draw.diverging,
