@@ -121,10 +121,8 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         windows of a shuffled copy where the rows allow (``window_gathers=True``, default;
         :mod:`pymc_bigdata.row_windows`; ``False``: uniform rows, the papers' index law).
     local_batch
-        After tuning, measure the gradient noise on every draw and let the next draw read
-        enough rows to keep the noise share measured there within ``noise_bound``, from the
-        tuned batch size up to every row (:mod:`.local_batch`; default False). For samplers
-        that call the gradient oracle (SGHMC, SGLD, EWSG).
+        Size each draw's minibatches after tuning from the noise measured where the last
+        draw ended (:mod:`.local_batch`; default False; SGHMC, SGLD and EWSG).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
     reparameterize
@@ -189,12 +187,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         low_rank: int | str = "auto",
         local_batch: bool = False,
     ):
-        local_batch = check_local_batch(local_batch)
-        if local_batch and not self.reads_oracle:
-            raise ValueError(
-                f"local_batch sizes the minibatches of a gradient oracle; {type(self).__name__} "
-                "evaluates its own estimates. Use SGHMC, SGLD or EWSG, or raise batch_size."
-            )
+        local_batch = check_local_batch(local_batch, type(self).__name__, self.reads_oracle)
         self.layer = step_layer(model, vars, layer, mode, compile_kwargs)
         settings = check_shared_settings(
             self.layer,
@@ -233,7 +226,7 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         draws = {"replace": self.replace, "reshuffle": self.reshuffle, "windows": window_gathers}
         self.minibatches = Minibatches(self.layer, batch, census, self.rng, **draws)
         self.minibatches.measure_at_least(self.measure_rows)
-        self._local_batch = self._make_local_batch() if local_batch else None
+        self._local_batch = LocalBatch.of(self) if local_batch else None
         if local_batch:
             self.measure_every = 1  # every draw measures where it ends
         self._prepare()  # the second phase: the sampler's own set-up, on the fit and the rows
@@ -362,25 +355,11 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
     def _noise_variance(self, order: int) -> np.ndarray:
         """Variance of the current batch's gradient estimate per coordinate (z units):
         ``N^2 s^2 (1/n - 1/N)`` without replacement, ``N^2 s^2 / n`` with."""
-        return self._noise.variance(order) * self._batch_factor()
-
-    def _batch_factor(self) -> float:
-        """The variance factor of the current batch's estimate (``1/n`` or ``1/n - 1/N``)."""
-        return self.minibatches.batch_factor(self.batch_size)
+        return self._noise.variance(order) * self.minibatches.batch_factor(self.batch_size)
 
     def _pool_size(self) -> int:
         """Rows subsampled (all but the census)."""
         return self.minibatches.pool_size
-
-    def _make_local_batch(self) -> LocalBatch:
-        """The ``local_batch`` collaborator on this step's noise model and rows."""
-        return LocalBatch(
-            shares=lambda noise_var: self.noise_share(self.step_size, noise_var),
-            batch_factor=self.minibatches.batch_factor,
-            noise_bound=self.noise_bound,
-            pool_size=self.minibatches.pool_size,
-            replace=self.replace,
-        )
 
     # ------------------------------------------------------------------ PyMC step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -405,15 +384,14 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         z, _, virial, diverging = draw
         rows_read = record.rows_read
         if diverging:
-            rows_read += self._on_divergence(z0, blew_up=finite)
+            rows_read += _on_divergence(self, z0, blew_up=finite)
         else:
             self._noise.keep(record.noise)
         theta = self.precond.theta(z)
         output = self.layer.to_model(theta)  # the model's coordinates
         noise_var = self._noise_variance(self.cv_order)
         measured = None if diverging else measured_variance(record.noise, self.cv_order)
-        local_var = None if measured is None else measured * self._batch_factor()
-        stats = common_stats(self, draw, rows_read, noise_var, self._step_policy, local_var)
+        stats = common_stats(self, draw, rows_read, noise_var, self._step_policy, measured)
         stats.update(self._extra_stats())
         if self.tune:  # the policy watches tuning's draws, the chain's report the others
             self._step_policy.observe(stats)
@@ -428,35 +406,10 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         self._last_theta, self._last_z = theta, z
         self._last_output = output
         if self._local_batch is not None and not self.tune:
-            batch = self._local_batch.next_batch(self.batch_size, measured)
-            if batch != self.batch_size:
-                self.minibatches.resize(batch)
+            self._local_batch.after_draw(measured)
         if not self.tune and self._draw_index == self._chain_tune + self._chain_draws:
             stats["warning"] = self._report.end_of_chain() or stats["warning"]  # draws=1
         return RaveledVars(output, q0.point_map_info), [stats]
-
-    # ------------------------------------------------------------------ divergences
-    def _on_divergence(self, z0: np.ndarray, blew_up: bool) -> int:
-        """A diverging draw (after tuning, one warning per chain). With an accept step the
-        kernel's state is the chain's (``accept_step``); else the kernel restarts at ``z0``
-        and measures there where the base is a single estimate (a lucky one made every later
-        draw a drop: EWSG on crossed ratings locked so), the estimate replacing it, and the
-        noise if tuning has not measured it yet. Returns the rows read here."""
-        rows_read = 0
-        if not self.accept_step:
-            self._reset_kernel_state()
-            unmeasured = self.tune and self.adapt and not self._noise.measured()
-            if unmeasured or self._divergence.base_unsettled():
-                oracle = GradientOracle(self._estimator(), self.minibatches, True)
-                record = oracle.measure_at(z0)
-                if unmeasured:
-                    self._noise.keep(record.noise)
-                self._divergence.restart()  # the single estimate is replaced
-                self._divergence.set_base(record.log_density)
-                rows_read = record.rows_read
-        if not self.tune:
-            self._report.divergence(self._divergence.message(blew_up))
-        return rows_read
 
     # ------------------------------------------------------------------ sampler's declarations
     #: what the end-of-chain alarm says an off-target chain's draws likely are
@@ -508,6 +461,29 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
 
     def _extra_stats(self) -> dict[str, Any]:
         return {}
+
+
+def _on_divergence(step: SubsamplingStep, z0: np.ndarray, blew_up: bool) -> int:
+    """A diverging draw of ``step`` (after tuning, one warning per chain). With an accept
+    step the kernel's state is the chain's (``accept_step``); else the kernel restarts at
+    ``z0`` and measures there where the base is a single estimate (a lucky one made every
+    later draw a drop: EWSG on crossed ratings locked so), the estimate replacing it, and the
+    noise if tuning has not measured it yet. Returns the rows read here."""
+    rows_read = 0
+    if not step.accept_step:
+        step._reset_kernel_state()
+        unmeasured = step.tune and step.adapt and not step._noise.measured()
+        if unmeasured or step._divergence.base_unsettled():
+            oracle = GradientOracle(step._estimator(), step.minibatches, True)
+            record = oracle.measure_at(z0)
+            if unmeasured:
+                step._noise.keep(record.noise)
+            step._divergence.restart()  # the single estimate is replaced
+            step._divergence.set_base(record.log_density)
+            rows_read = record.rows_read
+    if not step.tune:
+        step._report.divergence(step._divergence.message(blew_up))
+    return rows_read
 
 
 def step_own_vars(step: ArrayStepShared, point: dict) -> tuple[dict, list]:

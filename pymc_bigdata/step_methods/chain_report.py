@@ -49,7 +49,7 @@ def common_stats(
     rows_read: int,
     noise_var: np.ndarray,
     policy: Any,
-    local_var: np.ndarray | None = None,
+    measured: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """A draw's :data:`COMMON_STATS` from the step's settings now (``step_size``,
     ``batch_size``, ``cv_order``, ``tune``, ``layer.n_rows``), the judged draw (its
@@ -57,9 +57,13 @@ def common_stats(
     now (variance per coordinate, z units) with the share of the stationary variance it
     feeds at the step size (the step-size ``policy``'s ``share``; NaN before a measurement):
     ``noise_share`` from the chain's running mean, ``local_noise_share`` from the draw's
-    own measurement ``local_var``, where the draw ended (NaN where it measured none)."""
+    own measurement (``measured``, the per-unit noise ``N^2 s^2`` per coordinate, at the
+    draw's batch size), where the draw ended (NaN where it measured none)."""
     noise_share = policy.share(step.step_size, noise_var) if noise_var.size else math.nan
-    local = math.nan if local_var is None else policy.share(step.step_size, local_var)
+    local = math.nan
+    if measured is not None:
+        local_var = measured * step.minibatches.batch_factor(step.batch_size)
+        local = policy.share(step.step_size, local_var)
     return {
         "step_size": step.step_size,
         "lp_est": draw.log_density,

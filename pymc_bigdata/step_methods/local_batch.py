@@ -16,16 +16,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 __all__ = ["LocalBatch", "check_local_batch", "local_batch_size"]
 
 
-def check_local_batch(local_batch: object) -> bool:
-    """``local_batch``: True or False (numpy's booleans too)."""
+def check_local_batch(local_batch: object, sampler: str, reads_oracle: bool) -> bool:
+    """``local_batch``: True or False (numpy's booleans too), True only for a sampler whose
+    kernel calls the gradient oracle (``reads_oracle``; ``sampler`` names it)."""
     if not isinstance(local_batch, bool | np.bool_):
         raise ValueError(f"local_batch must be True or False, got {local_batch!r}.")
+    if local_batch and not reads_oracle:
+        raise ValueError(
+            f"local_batch sizes the minibatches of a gradient oracle; {sampler} evaluates its "
+            "own estimates. Use SGHMC, SGLD or EWSG, or raise batch_size."
+        )
     return bool(local_batch)
 
 
@@ -50,28 +57,31 @@ class LocalBatch:
 
     Parameters
     ----------
+    minibatches
+        The step's :class:`~.minibatches.Minibatches`, resized after each draw (its
+        ``batch_factor``, ``pool_size`` and ``replace`` are read).
     shares
         ``shares(noise_var)``: each coordinate's share of the stationary variance fed by a
         gradient noise of variance ``noise_var`` at the step's step size now.
-    batch_factor
-        ``batch_factor(n)``: the variance factor of an ``n``-row estimate (``1/n`` or
-        ``1/n - 1/N``).
-    noise_bound, pool_size, replace
-        The step's bound on the share, rows subsampled, and whether rows are drawn with
-        replacement.
+    noise_bound
+        The step's bound on the share.
     """
 
     def __init__(
-        self,
-        shares: Callable[[np.ndarray], np.ndarray],
-        batch_factor: Callable[[float], float],
-        noise_bound: float,
-        pool_size: int,
-        replace: bool,
+        self, minibatches: Any, shares: Callable[[np.ndarray], np.ndarray], noise_bound: float
     ):
-        self.shares, self.batch_factor = shares, batch_factor
-        self.noise_bound, self.pool_size, self.replace = noise_bound, pool_size, replace
+        self.minibatches, self.shares, self.noise_bound = minibatches, shares, noise_bound
         self.restart()
+
+    @classmethod
+    def of(cls, step: Any) -> LocalBatch:
+        """The collaborator of a step: its minibatches, its noise model at its step size
+        now (``step.noise_share(step.step_size, noise_var)``) and its ``noise_bound``."""
+        return cls(
+            step.minibatches,
+            lambda noise_var: step.noise_share(step.step_size, noise_var),
+            step.noise_bound,
+        )
 
     def restart(self) -> None:
         """A new chain: the tuned batch size is read at its first draw after tuning."""
@@ -86,5 +96,13 @@ class LocalBatch:
         base = self.base_batch
         if unit_noise is None or not np.all(np.isfinite(unit_noise)):
             return base
-        worst = float(np.max(self.shares(unit_noise * self.batch_factor(base))))
-        return local_batch_size(worst, self.noise_bound, base, self.pool_size, self.replace)
+        rows = self.minibatches
+        worst = float(np.max(self.shares(unit_noise * rows.batch_factor(base))))
+        return local_batch_size(worst, self.noise_bound, base, rows.pool_size, rows.replace)
+
+    def after_draw(self, unit_noise: np.ndarray | None) -> None:
+        """Resize the minibatches for the next draw (:meth:`next_batch` of the draw's
+        measurement, or None)."""
+        batch = self.next_batch(self.minibatches.size, unit_noise)
+        if batch != self.minibatches.size:
+            self.minibatches.resize(batch)
