@@ -156,6 +156,8 @@ REFERENCE_FILE = {
 #: sampler name: factory (keyword arguments as for the class)
 SAMPLERS = {
     "SGHMC": pmbd.SGHMC,
+    # each draw's minibatches sized from the noise measured where the last one ended
+    "SGHMC-local": partial(pmbd.SGHMC, local_batch=True),
     "SGLD": pmbd.SGLD,
     # the same-commit baseline of SGLD's re-runs of too-stiff draws
     "SGLD-no-refinements": partial(pmbd.SGLD, max_refinements=0),
@@ -183,9 +185,10 @@ SAMPLERS = {
     ),
 }
 DEFAULT_SAMPLERS = ["SGHMC", "SGLD", "SBPS"]
-#: HMC-ECS with its Taylor space forced, the paper's plain Austerity test and SGLD without
-#: re-runs or with a lower shift bound: run only when named
+#: HMC-ECS with its Taylor space forced, the paper's plain Austerity test, SGLD without
+#: re-runs or with a lower shift bound and SGHMC with local_batch: run only when named
 FORCED_SPACE = {
+    "SGHMC-local",
     "SGLD-no-refinements",
     "SGLD-shift0.2",
     "SGLD-shift0.1",
