@@ -14,8 +14,6 @@ Results: ``results/local_batch.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,7 +26,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import three_level_scales as exact  # noqa: E402
 from hard_models import three_level  # noqa: E402
-from sparse_regions_tail import exact_summary, long_run  # noqa: E402
+from sparse_regions_tail import (  # noqa: E402
+    exact_summary,
+    long_run,
+    short_commit,
+    write_tail_results,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 THRESHOLDS = (-2.0, -3.0)
@@ -151,9 +154,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=list(SEEDS))
     parser.add_argument("--out", default="local_batch")
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = short_commit()
     grid, weights = exact.reference_marginals()["tc_log__"]
     summary = exact_summary(grid, weights, THRESHOLDS)
     rows = []
@@ -162,12 +163,7 @@ def main(argv=None) -> None:
             rows.append(run_row(label, kwargs, seed, summary))
             print({k: rows[-1][k] for k in ("run", "seed", "sd_ratio", "seconds")}, flush=True)
     text = report(summary, rows, commit)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.md").write_text(text)
-    (RESULTS / f"{args.out}.json").write_text(
-        json.dumps({"commit": commit, "exact": summary, "runs": rows}, indent=1)
-    )
-    print(text)
+    write_tail_results(args.out, text, {"commit": commit, "exact": summary, "runs": rows})
 
 
 if __name__ == "__main__":

@@ -324,6 +324,22 @@ def report(summary: dict, runs: list[dict], commit: str) -> str:
     return tail_report(title, summary, runs, "tau_b", caption)
 
 
+def short_commit() -> str:
+    """The checkout's short commit hash (the results say which code they measured)."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+
+
+def write_tail_results(out: str, text: str, payload: dict) -> None:
+    """Write ``results/<out>.md`` (``text``) and ``results/<out>.json`` (``payload``), and
+    print the markdown."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{out}.md").write_text(text)
+    (RESULTS / f"{out}.json").write_text(json.dumps(payload, indent=1))
+    print(text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-runs", action="store_true", help="the exact part only")
@@ -346,9 +362,7 @@ def main(argv=None) -> None:
     )
     if args.sgld:
         out = args.out or f"sparse_regions_tail_refinement_sgld_{args.form}"
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = short_commit()
     summary = exact_summary(*exact_marginal())
     runs = []
     if args.nuts:
@@ -364,12 +378,7 @@ def main(argv=None) -> None:
             runs.append(long_run(label, draws, kwargs, parent_scale_sds, summary))
             print(runs[-1], flush=True)
     text = report(summary, runs, commit)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{out}.md").write_text(text)
-    (RESULTS / f"{out}.json").write_text(
-        json.dumps({"commit": commit, "exact": summary, "runs": runs}, indent=1)
-    )
-    print(text)
+    write_tail_results(out, text, {"commit": commit, "exact": summary, "runs": runs})
 
 
 if __name__ == "__main__":

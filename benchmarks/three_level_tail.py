@@ -17,8 +17,6 @@ Results: ``results/three_level_tail.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +27,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import three_level_scales as exact  # noqa: E402
 from hard_models import three_level  # noqa: E402
-from sparse_regions_tail import exact_summary, long_run, tail_report  # noqa: E402
+from sparse_regions_tail import (  # noqa: E402
+    exact_summary,
+    long_run,
+    short_commit,
+    tail_report,
+    write_tail_results,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 THRESHOLDS = (-1.5, -2.0, -3.0, -4.0)
@@ -55,9 +59,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-runs", action="store_true", help="the exact part only")
     parser.add_argument("--out", default="three_level_tail")
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = short_commit()
     grid, weights = exact.reference_marginals()["tc_log__"]
     summary = exact_summary(grid, weights, THRESHOLDS)
     runs = []
@@ -77,12 +79,7 @@ def main(argv=None) -> None:
             )
             print(runs[-1], flush=True)
     text = report(summary, runs, commit)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.md").write_text(text)
-    (RESULTS / f"{args.out}.json").write_text(
-        json.dumps({"commit": commit, "exact": summary, "runs": runs}, indent=1)
-    )
-    print(text)
+    write_tail_results(args.out, text, {"commit": commit, "exact": summary, "runs": runs})
 
 
 if __name__ == "__main__":
