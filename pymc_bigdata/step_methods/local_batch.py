@@ -2,10 +2,10 @@
 
 Tuning chooses the step size from the gradient noise averaged over the tuning draws. That
 average can hide a part of the posterior where the noise is far larger: on the non-centred
-three-level model (``benchmarks/local_noise.py``) the second-order control variates' noise
-share, measured draw by draw, is about 100 times larger where the countries' scale is in its
-left tail (``log tc < -2``) than in the bulk, so the gradient noise heats the chain there and
-the tail comes out short. With ``local_batch=True`` every draw after tuning measures its noise
+three-level model (``benchmarks/local_batch.py``) the second-order control variates' noise
+share, measured draw by draw (the ``local_noise_share`` stat), is 51 times larger where the
+countries' scale is in its left tail (``log tc < -2``) than in the bulk, so the gradient
+noise heats the chain there and the tail comes out short. With ``local_batch=True`` every draw after tuning measures its noise
 on its last transition (two half minibatches, as tuning does), and the next draw reads enough
 rows to bring the worst coordinate's share of that measurement back within ``noise_bound``
 (at least the tuned batch size, at most every row). The batch size is a function of the
@@ -42,7 +42,9 @@ def local_batch_size(
     """The smallest batch size, from ``base_batch`` up to ``pool_size``, at which a noise
     whose worst share is ``worst_share`` at ``base_batch`` rows feeds at most
     ``noise_bound``: the estimate's variance falls as ``1/n`` (with replacement) or
-    ``1/n - 1/N`` (without), and the share is taken as proportional to it."""
+    ``1/n - 1/N`` (without), and the share is taken as proportional to it (SGHMC's share
+    with a B-hat, ``max(share - 1, 0)`` of the raw one, falls faster: the size is then more
+    than enough)."""
     if not worst_share > noise_bound:  # NaN too: no reading, no change
         return base_batch
     ratio = noise_bound / worst_share
