@@ -5,11 +5,11 @@ average can hide a part of the posterior where the noise is far larger: on the n
 three-level model (``benchmarks/local_batch.py``) the second-order control variates' noise
 share, measured draw by draw (the ``local_noise_share`` stat), is 51 times larger where the
 countries' scale is in its left tail (``log tc < -2``) than in the bulk, so the gradient
-noise heats the chain there and the tail comes out short. With ``local_batch=True`` every draw after tuning measures its noise
-on its last transition (two half minibatches, as tuning does), and the next draw reads enough
-rows to bring the worst coordinate's share of that measurement back within ``noise_bound``
-(at least the tuned batch size, at most every row). The batch size is a function of the
-chain's past, so the draws stay reproducible for a seed.
+noise heats the chain there and the tail comes out short. With ``local_batch=True`` every
+draw after tuning measures its noise on its last transition (two half minibatches, as tuning
+does), and the next draw reads enough rows to bring the worst coordinate's share of that
+measurement back within ``noise_bound`` (at least the tuned batch size, at most every row).
+The batch size is a function of the chain's past, so the draws stay reproducible for a seed.
 """
 
 from __future__ import annotations
