@@ -406,6 +406,8 @@ def run_one(
             index_accept=float(stats["index_accept"].mean()),
             noise_share=float(np.nanmean(stats["noise_share"].values)),
         )
+    if "local_noise_share" in stats:
+        out["local_noise"] = local_noise_summary(stats["local_noise_share"].values)
     if "step_refinements" in stats:
         refinements = stats["step_refinements"].values
         out.update(refined_draws=int((refinements > 0).sum()), most_halvings=int(refinements.max()))
@@ -423,6 +425,31 @@ def run_one(
             laplace_sd_ratio_max=float(lr.max()),
         )
     return out
+
+
+def local_noise_summary(shares: np.ndarray) -> list[dict]:
+    """Per chain, the draws' own noise readings (``local_noise_share``, NaN where a draw
+    measured nothing): how many, their quantiles, and the share of readings above 0.25 and
+    0.5 (5 and 10 times the default ``noise_bound``)."""
+    summary = []
+    for chain in shares:
+        read = chain[np.isfinite(chain)]
+        if read.size == 0:
+            summary.append({"measured": 0})
+            continue
+        q50, q90, q99 = np.quantile(read, [0.5, 0.9, 0.99])
+        summary.append(
+            {
+                "measured": int(read.size),
+                "q50": float(q50),
+                "q90": float(q90),
+                "q99": float(q99),
+                "max": float(read.max()),
+                "over_0.25": float((read > 0.25).mean()),
+                "over_0.5": float((read > 0.5).mean()),
+            }
+        )
+    return summary
 
 
 def pymc_convergence_warnings(idata, model) -> list[str]:
