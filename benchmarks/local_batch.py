@@ -6,7 +6,8 @@ SGHMC on the non-centred ``tests/hard_models.py::three_level`` (60,000 rows, 4 c
 and tail shares against the exact marginal (``tests/references/three_level_scales.py``),
 and the rows each draw's minibatches read, relative to the tuned batch size.
 
-    .venv/bin/python benchmarks/local_batch.py     # about 8 minutes on 2 cores
+    .venv/bin/python benchmarks/local_batch.py     # about 11 minutes on 2 cores
+    .venv/bin/python benchmarks/local_batch.py --settings local_batch=True --out NAME
 
 Results: ``results/local_batch.{md,json}``.
 """
@@ -87,7 +88,7 @@ def local_shares(log_tc: np.ndarray, local: np.ndarray, batch: np.ndarray) -> li
     return out
 
 
-def bin_lines(rows: list[dict]) -> list[str]:
+def bin_lines(rows: list[dict], labels: list[str]) -> list[str]:
     """The draws' own noise shares by bin of ``log tc``, every seed's run of a setting
     pooled (medians of the runs' medians)."""
     lines = [
@@ -98,7 +99,7 @@ def bin_lines(rows: list[dict]) -> list[str]:
         "| setting | log tc in | measured draws | median share | 90th percentile | batch |",
         "|---|---|---|---|---|---|",
     ]
-    for label, _ in SETTINGS:
+    for label in labels:
         mine = [r for r in rows if r["run"].endswith(label)]
         for k, (lo, hi) in enumerate(BINS):
             cells = [r["local_noise_share"][k] for r in mine]
@@ -111,7 +112,7 @@ def bin_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def report(summary: dict, rows: list[dict], commit: str) -> str:
+def report(summary: dict, rows: list[dict], commit: str, labels: list[str]) -> str:
     """The results as markdown."""
     below = {t: summary["below"][str(t)] for t in THRESHOLDS}
     lines = [
@@ -137,7 +138,7 @@ def report(summary: dict, rows: list[dict], commit: str) -> str:
         )
     lines += ["", "| setting | mean sd ratio | runs in [0.9, 1.1] | mean below -3 | mean s |"]
     lines.append("|---|---|---|---|---|")
-    for label, _ in SETTINGS:
+    for label in labels:
         mine = [r for r in rows if r["run"].endswith(label)]
         ratios = np.array([r["sd_ratio"] for r in mine])
         lines.append(
@@ -145,7 +146,7 @@ def report(summary: dict, rows: list[dict], commit: str) -> str:
             f"of {len(mine)} | {np.mean([r['below']['-3.0'] for r in mine]):.4f} "
             f"| {np.mean([r['seconds'] for r in mine]):.0f} |"
         )
-    lines += ["", *bin_lines(rows)]
+    lines += ["", *bin_lines(rows, labels)]
     return "\n".join(lines) + "\n"
 
 
@@ -153,6 +154,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=list(SEEDS))
     parser.add_argument("--out", default="local_batch")
+    labels = [label for label, _ in SETTINGS]
+    parser.add_argument("--settings", nargs="+", choices=labels, default=labels)
     args = parser.parse_args(argv)
     commit = short_commit()
     grid, weights = exact.reference_marginals()["tc_log__"]
@@ -160,9 +163,11 @@ def main(argv=None) -> None:
     rows = []
     for seed in args.seeds:
         for label, kwargs in SETTINGS:
+            if label not in args.settings:
+                continue
             rows.append(run_row(label, kwargs, seed, summary))
             print({k: rows[-1][k] for k in ("run", "seed", "sd_ratio", "seconds")}, flush=True)
-    text = report(summary, rows, commit)
+    text = report(summary, rows, commit, args.settings)
     write_tail_results(args.out, text, {"commit": commit, "exact": summary, "runs": rows})
 
 

@@ -169,6 +169,7 @@ def _austerity_methods() -> dict[str, OurMethod]:
 #: our step methods by command-line name
 OURS: dict[str, OurMethod] = {
     "sghmc": OurMethod("ours SGHMC", pmbd.SGHMC, {}, 11),
+    "sghmc_local": OurMethod("ours SGHMC, local_batch=True", pmbd.SGHMC, {"local_batch": True}, 11),
     "sgld": OurMethod("ours SGLD", pmbd.SGLD, {}, 23),
     "sbps": OurMethod("ours SBPS", pmbd.SBPS, {}, 3),
     "hmcecs": OurMethod("ours HMCECS perturbed", pmbd.HMCECS, {}, 41),
@@ -187,6 +188,7 @@ OURS: dict[str, OurMethod] = {
 #: every method the command line accepts, in the order of the default run
 ALL_METHODS = (
     "sghmc",
+    "sghmc_local",
     "sgld",
     "sbps",
     "hmcecs",
