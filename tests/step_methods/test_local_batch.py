@@ -11,12 +11,7 @@ import pytest
 
 import pymc_bigdata as pmbd
 from pymc_bigdata.adaptation import NOISE_SHARE_BOUND
-from pymc_bigdata.step_methods.local_batch import (
-    MIN_READINGS,
-    LocalBatch,
-    chance_ratio,
-    local_batch_size,
-)
+from pymc_bigdata.step_methods.local_batch import LocalBatch, local_batch_size
 
 SAMPLE_KW = {"tune": 60, "draws": 60, "progressbar": False, "compute_convergence_checks": False}
 
@@ -54,78 +49,37 @@ def test_a_share_within_the_bound_or_no_reading_keeps_the_base():
     assert local_batch_size(math.nan, 0.05, 1_000, 60_000, False) == 1_000
 
 
-class _Rows:
-    """What LocalBatch reads of the minibatches: rows drawn with replacement."""
+def test_the_next_batch_follows_the_last_reading_from_the_tuned_base():
+    """The first draw after tuning fixes the base; each next batch comes from the last
+    reading alone (a quiet reading goes back to the base, not to the grown batch); a missing
+    or non-finite reading keeps the base; a new chain reads its base afresh. Catches a
+    ratchet (growing from the current batch) and a base read at every draw."""
 
-    def __init__(self, size: int = 1_000):
-        self.size, self.pool_size, self.replace = size, 100_000, True
+    class Rows:  # what LocalBatch reads of the minibatches: rows drawn with replacement
+        size, pool_size, replace = 1_000, 100_000, True
 
-    def batch_factor(self, n: int) -> float:
-        return 1.0 / n
+        def batch_factor(self, n: int) -> float:
+            return 1.0 / n
 
-    def resize(self, n: int) -> None:
-        self.size = n
+        def resize(self, n: int) -> None:
+            self.size = n
 
-
-def _settled(local: LocalBatch, batch: int = 1_000) -> None:
-    """``MIN_READINGS`` quiet readings (shares 0.01 and 0.005 at 1,000 rows) after tuning."""
-    for _ in range(MIN_READINGS):
-        assert local.next_batch(batch, QUIET) == batch
-
-
-QUIET, LOUD, LOUDER = np.array([10.0, 5.0]), np.array([10.0, 200.0]), np.array([10.0, 250.0])
-
-
-def test_a_persistent_excess_sizes_the_next_batch_a_single_one_does_not():
-    """After ``MIN_READINGS`` quiet readings, one loud reading (the second coordinate's
-    share 0.2, above the chance ratio of 2 coordinates times its mean) keeps the base; the
-    second loud reading in a row grows the batch from the smaller of the two (0.2 / 0.05:
-    4 times the base), the third from the base again (0.25 / 0.05); a quiet reading goes
-    back to the size of the readings' mean (their mean share 755 / 14 / 1,000 is just above
-    the bound), not to the grown batch. Catches (watched): the old rule (the worst share of
-    the last reading alone), a ratchet from the current batch, sizing from the larger
-    reading."""
-    local = LocalBatch(_Rows(), shares=lambda noise_var: noise_var, noise_bound=0.05)
-    assert 3.8 < chance_ratio(2) < 3.9  # chi-square (1 dof) beyond it: 5 % per coordinate
-    _settled(local)
-    assert local.next_batch(1_000, LOUD) == 1_000  # once: chance
-    assert local.next_batch(1_000, LOUDER) == 4_000  # twice running: the smaller reading
-    assert local.next_batch(4_000, LOUDER) == 5_000  # from the base, not from 4,000
-    assert local.next_batch(5_000, QUIET) == math.ceil(755 / 14 / 0.05)
-
-
-def test_a_missing_or_non_finite_reading_breaks_the_run():
-    """A missing or non-finite reading keeps the base and the next loud reading starts a
-    new run (sized by the mean alone: 750 / 13 / 1,000). Catches a run that survives a
-    missing reading, and a non-finite reading added to the mean."""
-    local = LocalBatch(_Rows(), shares=lambda noise_var: noise_var, noise_bound=0.05)
-    _settled(local)
-    assert local.next_batch(1_000, LOUD) == 1_000
-    assert local.next_batch(1_000, None) == 1_000
-    assert local.next_batch(1_000, LOUDER) == 1_000
-    assert local.next_batch(1_000, np.array([np.nan, 250.0])) == 1_000
-    assert local.next_batch(1_000, LOUDER) == math.ceil(750 / 13 / 0.05)
-
-
-def test_a_mean_above_the_bound_sizes_every_batch_and_a_new_chain_starts_afresh():
-    """Readings whose mean share is above the bound everywhere (a step too long for its
-    noise) grow every batch from ``MIN_READINGS`` on, by the mean's share; before, the base;
-    a restarted chain reads its base and its mean afresh; ``after_draw`` resizes the
-    minibatches. Catches a mean kept across chains and a rule blind to a uniform excess."""
-    rows = _Rows()
-    local = LocalBatch(rows, shares=lambda noise_var: noise_var, noise_bound=0.05)
-    loud = np.array([100.0, 200.0])  # shares 0.1 and 0.2 at 1,000 rows, every draw
-    sizes = [local.next_batch(1_000, loud) for _ in range(MIN_READINGS + 2)]
-    assert sizes[: MIN_READINGS - 1] == [1_000] * (MIN_READINGS - 1)
-    assert sizes[MIN_READINGS - 1 :] == [4_000] * 3
+    rows = Rows()
+    local = LocalBatch(rows, shares=lambda noise_var: noise_var, noise_bound=0.05)  # share = var
+    quiet, loud = np.array([10.0, 20.0]), np.array([10.0, 200.0])  # shares 0.02 and 0.2
+    assert local.next_batch(1_000, quiet) == 1_000
+    assert local.next_batch(1_000, loud) == 4_000
+    assert local.next_batch(4_000, loud) == 4_000  # from the base, not from 4,000
+    assert local.next_batch(4_000, quiet) == 1_000
+    assert local.next_batch(4_000, None) == 1_000
+    assert local.next_batch(4_000, np.array([np.nan, 1.0])) == 1_000
     local.restart()
-    _settled(local, batch=2_000)  # a new base of 2,000 and a quiet mean
+    assert local.next_batch(2_000, quiet) == 2_000
     local.restart()
-    for _ in range(MIN_READINGS):
-        local.after_draw(loud)
+    local.after_draw(loud)  # the minibatches resized for the next draw, from their size now
     assert rows.size == 4_000
-    local.after_draw(QUIET)  # the mean still above the bound: smaller
-    assert 1_000 < rows.size < 4_000
+    local.after_draw(quiet)
+    assert rows.size == 1_000
 
 
 def _run(small_logistic, local_batch: bool, seed: int = 4):
@@ -147,10 +101,9 @@ def _run(small_logistic, local_batch: bool, seed: int = 4):
 
 def test_local_batch_brings_the_share_back_to_the_bound(small_logistic):
     """Off, every draw reads the given 100 rows at a noise share far above the bound. On,
-    every draw after tuning measures, and from ``MIN_READINGS`` readings on the readings'
-    mean, above the bound everywhere, sizes the next batch, so that the chain's
-    running-mean share at the draws' batch sizes sits about the bound, never below the 100
-    rows and never above N; the
+    every draw after tuning measures and the next one reads more rows, so that the chain's
+    running-mean share at the draws' batch sizes sits about the bound (each reading is one
+    split's, so the sizes scatter), never below the 100 rows and never above N; the
     ``local_noise_share`` stat is finite on the measuring draws alone, about the running
     mean's share. Catches (watched): the resize skipped in ``astep`` or in ``after_draw``;
     ``np.max`` of the shares taken as ``np.min``; the stat read from the running mean, or at
@@ -169,7 +122,7 @@ def test_local_batch_brings_the_share_back_to_the_bound(small_logistic):
     assert step.measure_every == 1
     batch = on["batch_size"].values[0]
     assert batch.min() == 100 and batch.max() <= 5_000
-    assert np.mean(batch[MIN_READINGS:] > 100) > 0.9
+    assert np.mean(batch > 100) > 0.9
     median_share = np.median(on["noise_share"].values[0, 1:])
     assert np.isfinite(on["local_noise_share"].values).all()
     assert 0.3 * NOISE_SHARE_BOUND < median_share < 2 * NOISE_SHARE_BOUND, median_share
