@@ -5,7 +5,8 @@ features, sampled by
 
 * ``pymc_bigdata.SGHMC``, ``SGLD``, ``SBPS``, ``HMCECS`` (perturbed and signed) and ``EWSG``
   with their defaults (``cores=1`` and ``cores=2``), and perturbed ``HMCECS`` at NumPyro's subsample
-  size and blocks (``m = 1000``, ``G = 100``: ``hmcecs_m1000``),
+  size and blocks (``m = 1000``, ``G = 100``: ``hmcecs_m1000``), and ``SGHMC`` with
+  ``local_batch=True`` (``sghmc_local``),
 * PyMC's own NUTS on the full data (``pm.sample(nuts_sampler="pymc")``),
 * PyMC's minibatch ADVI (mean-field, ``pm.Minibatch`` and ``pm.fit``),
 * optional peers, when importable: BlackJAX SGLD / SGHMC (control-variate gradients,
