@@ -13,6 +13,7 @@ from pymc_bigdata.errors import (
 )
 from pymc_bigdata.loo import add_log_likelihood, loo_subsample_inputs, pointwise_log_likelihood
 from pymc_bigdata.model import MapResult, MinibatchModel
+from pymc_bigdata.model.layer_cache import clear_layer_cache
 from pymc_bigdata.registry import prefer, register
 from pymc_bigdata.rows import BlockIndexSampler, RowIndexSampler, RowSource
 from pymc_bigdata.score_check import ScoreCheck, score_check
@@ -58,6 +59,7 @@ __all__ = [
     "RowSource",
     "ScoreCheck",
     "add_log_likelihood",
+    "clear_layer_cache",
     "loo_subsample_inputs",
     "pointwise_log_likelihood",
     "prefer",

@@ -23,6 +23,7 @@ from pytensor.graph.replace import graph_replace, vectorize_graph
 from pymc_bigdata.errors import ModelNotSupportedError, StaleDataError
 from pymc_bigdata.loo_checks import SAMPLE_DIMS, as_dataset, check_budget, checked_rows
 from pymc_bigdata.model.compiled import strict_floats
+from pymc_bigdata.model.layer_cache import cached_layer
 from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = ["TRANSFORM_MODE", "RowTerms", "model_and_layer", "row_dim"]
@@ -267,8 +268,9 @@ def model_and_layer(
     model
         The model, or None (``layer.model``, or the model in context).
     layer
-        Its :class:`~pymc_bigdata.MinibatchModel`, or None: a new one, its discrete
-        variables held (or a discrete layer when every variable is discrete).
+        Its :class:`~pymc_bigdata.MinibatchModel`, or None: the model's kept layer
+        (:mod:`~pymc_bigdata.model.layer_cache`) or a new one, its discrete variables held
+        (or a discrete layer when every variable is discrete).
 
     Returns
     -------
@@ -300,9 +302,9 @@ def model_and_layer(
     if discrete:
         continuous = [v for v in model.value_vars if v not in discrete]
         if not continuous:
-            return model, MinibatchModel(model, discrete=True)
-        return model, MinibatchModel(model, vars=continuous)  # discrete variables held
-    return model, MinibatchModel(model)
+            return model, cached_layer(model, None, None, discrete=True)
+        return model, cached_layer(model, continuous, None)  # discrete variables held
+    return model, cached_layer(model, None, None)
 
 
 def row_dim(model: pm.Model, observed: list[str]) -> str:

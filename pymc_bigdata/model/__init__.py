@@ -19,7 +19,8 @@ One concern per module, leaves first (each imports only those above it):
   :mod:`.difference_terms`);
 * :mod:`.likelihood_inputs`, :mod:`.difference_terms` -- HMC-ECS's expansion in the
   likelihood's inputs and its per-row Taylor residuals;
-* :mod:`.minibatch` -- :class:`MinibatchModel`, the façade the samplers use.
+* :mod:`.minibatch` -- :class:`MinibatchModel`, the façade the samplers use;
+* :mod:`.layer_cache` -- the layers kept for the next step on the same model.
 """
 
 from pymc_bigdata.model.anchor import Anchor

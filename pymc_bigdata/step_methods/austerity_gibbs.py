@@ -33,6 +33,7 @@ from pymc.step_methods.compound import Competence
 
 from pymc_bigdata.errors import ModelNotSupportedError
 from pymc_bigdata.kernels.austerity import gibbs_decision
+from pymc_bigdata.model.layer_cache import cached_layer
 from pymc_bigdata.model.minibatch import MinibatchModel
 from pymc_bigdata.row_windows import WindowPermutation
 from pymc_bigdata.rows import LazyPermutation, check_batch_size, window_rows_for_tests
@@ -99,7 +100,9 @@ class AusterityGibbs(ArrayStepShared):
     model
         The PyMC model (default: the one in context).
     layer
-        A discrete :class:`~pymc_bigdata.MinibatchModel` (``discrete=True``) to reuse.
+        A discrete :class:`~pymc_bigdata.MinibatchModel` (``discrete=True``) to reuse
+        (default: the one an earlier step built on the model and ``vars``, where its data
+        are unchanged, else a new one: :mod:`~pymc_bigdata.model.layer_cache`).
     rng
         Seed or generator; ``pm.sample`` replaces it per chain.
     audit_every
@@ -195,7 +198,7 @@ class AusterityGibbs(ArrayStepShared):
         if mode is None and compile_kwargs:
             mode = compile_kwargs.get("mode")
         if layer is None:
-            layer = MinibatchModel(model, vars, mode=mode, discrete=True)
+            layer = cached_layer(model, vars, mode, discrete=True)
         elif layer.model is not model or not layer.discrete:
             raise ValueError("layer= must be a MinibatchModel(model, vars, discrete=True).")
         self.layer = layer

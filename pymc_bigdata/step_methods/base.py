@@ -125,6 +125,10 @@ class SubsamplingStep(ProgressColumns, ArrayStepShared):
         draw ended (:mod:`.local_batch`; default False; SGHMC, SGLD and EWSG).
     layer
         A :class:`~pymc_bigdata.MinibatchModel` to reuse (its compiled functions and MAP).
+        Default: the one an earlier step (or ``score_check``, or the LOO tools) built on the
+        model, ``vars`` and mode, where the model's variables and data are unchanged, else a
+        new one (:mod:`~pymc_bigdata.model.layer_cache`; ``pmbd.clear_layer_cache()`` drops
+        them).
     reparameterize
         ``"auto"``/``True`` (default: ``"centre"``), ``"centre"`` or ``"whiten"``: sample a
         hierarchical model's group effects in coordinates that follow what the rows say about

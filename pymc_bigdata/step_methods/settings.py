@@ -10,6 +10,7 @@ import pymc as pm
 
 from pymc_bigdata.errors import StaleDataError
 from pymc_bigdata.index_samplers import check_batch_size
+from pymc_bigdata.model.layer_cache import cached_layer
 from pymc_bigdata.model.minibatch import MinibatchModel
 
 __all__ = [
@@ -174,8 +175,10 @@ def step_layer(
     mode=None,
     compile_kwargs: dict | None = None,
 ) -> MinibatchModel:
-    """The model layer a step uses: ``layer`` when given (built on the same model), else a
-    new one on ``vars`` (PyMC's ``compile_kwargs["mode"]`` stands for ``mode``)."""
+    """The model layer a step uses: ``layer`` when given (built on the same model), else the
+    layer kept from an earlier step on the model, ``vars`` and ``mode`` where it is current,
+    else a new one, kept (:mod:`~pymc_bigdata.model.layer_cache`; PyMC's
+    ``compile_kwargs["mode"]`` stands for ``mode``)."""
     model = pm.modelcontext(model)
     if mode is None and compile_kwargs:
         mode = compile_kwargs.get("mode")
@@ -184,7 +187,7 @@ def step_layer(
             "The layer= given was built on a different model; build it with "
             "MinibatchModel(model) for this model, or leave layer out."
         )
-    layer = layer if layer is not None else MinibatchModel(model, vars, mode=mode)
+    layer = layer if layer is not None else cached_layer(model, vars, mode)
     check_data_current(layer)
     return layer
 
